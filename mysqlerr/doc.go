@@ -1,0 +1,96 @@
+// Package mysqlerr classifies MySQL-protocol errors by their server error
+// number, so that a caller can decide whether a failed transaction may be
+// run again. It covers MySQL, MariaDB (also with Galera), MySQL Group
+// Replication and TiDB, as reported by github.com/go-sql-driver/mysql as
+// *mysql.MySQLError. The driver exports no constants for the numbers, so
+// this package defines them.
+//
+// # Error trees
+//
+// Every function looks at the whole error tree: errors wrapped with %w
+// (Unwrap() error) and errors joined with [errors.Join] or any other type
+// with Unwrap() []error. The tree is walked depth-first in Unwrap order, the
+// order that [errors.Is] and [errors.As] use. Unlike a single [errors.As]
+// call, which stops at the first *mysql.MySQLError, [Has] and the Is…
+// functions look at every error in the tree, so a join of an unrelated
+// server error and a deadlock is still retryable. An error with an As(any)
+// bool method is asked for a *mysql.MySQLError too, as [errors.As] would ask
+// it.
+//
+// # Error numbers
+//
+// "default" numbers are the ones [IsRetryable] accepts. "opt-in" numbers
+// have their own func(error) bool that a caller adds on purpose. "constant"
+// numbers are defined for callers and are not classified here.
+//
+//	Number  Symbol / name                          Class     Source
+//	1213    ER_LOCK_DEADLOCK (SQLSTATE 40001)      default   [MySQL-ERR], [InnoDB-ERR], [MariaDB-ERR], [Galera]
+//	1205    ER_LOCK_WAIT_TIMEOUT                   opt-in    [MySQL-ERR], [InnoDB-ERR]
+//	1020    ER_CHECKREAD                           opt-in    [MariaDB-ERR], [MariaDB-SI]
+//	3101    ER_TRANSACTION_ROLLBACK_DURING_COMMIT  opt-in    [MySQL-ERR], [MySQL-GR]
+//	9007    TiDB ErrWriteConflict                  opt-in    [TiDB-ERR]
+//	8002    TiDB ErrForUpdateCantRetry             opt-in    [TiDB-ERR]
+//	8005    TiDB ErrWriteConflictInTiDB            opt-in    [TiDB-ERR]
+//	8022    TiDB ErrTxnRetryable                   opt-in    [TiDB-ERR]
+//	8028    TiDB ErrInfoSchemaChanged              opt-in    [TiDB-ERR]
+//	1062    ER_DUP_ENTRY                           constant  [MySQL-ERR]
+//	1064    ER_PARSE_ERROR                         constant  [MySQL-ERR]
+//	1047    ER_UNKNOWN_COM_ERROR (Galera)          constant  [MySQL-ERR], [Galera]
+//	1180    ER_ERROR_DURING_COMMIT                 constant  [MySQL-ERR], [MariaDB-ERR]
+//
+// What the numbers mean for a transaction:
+//
+//   - 1213: InnoDB chose the transaction as a deadlock victim and rolled
+//     the whole transaction back; run it again. Galera reports certification
+//     failures (a conflicting write committed first on another node, often
+//     detected only at COMMIT) with the same number, and so does TiDB for
+//     deadlocks in pessimistic mode.
+//   - 1205: a row lock was not granted within innodb_lock_wait_timeout.
+//     InnoDB rolls back only the statement, not the transaction, unless
+//     innodb_rollback_on_timeout is ON. See [IsLockWaitTimeout].
+//   - 1020: "Record has changed since last read". MariaDB with
+//     innodb_snapshot_isolation=ON (a global and session variable; OFF by
+//     default in MariaDB 10.11) reports with it that a REPEATABLE READ
+//     transaction tried to lock or change a row that another transaction
+//     changed after this one's snapshot was taken; the transaction must be
+//     run again.
+//   - 3101: "Plugin instructed the server to rollback the current
+//     transaction". With MySQL Group Replication the transaction failed
+//     certification because of a conflict with a transaction from another
+//     member, and was rolled back.
+//   - 9007: "Write conflict", detected by TiKV (optimistic transactions,
+//     or pessimistic ones with tidb_constraint_check_in_place_pessimistic
+//     OFF); TiDB says the transaction can be retried.
+//   - 8005: "Write Conflict, txnStartTS is stale", a write conflict detected
+//     by TiDB itself; TiDB says to retry.
+//   - 8002: a transaction with SELECT … FOR UPDATE hit a commit conflict;
+//     TiDB rolled it back and says the application can safely retry it.
+//   - 8022: the commit failed and the transaction was rolled back; TiDB says
+//     the application can safely retry it.
+//   - 8028: the table schema changed while the transaction ran; TiDB says
+//     the whole transaction can be retried.
+//   - 1062: duplicate key. 1064: syntax error. Neither is transient.
+//   - 1047: with Galera, "WSREP has not yet prepared node for application
+//     use": the node is not in the primary component or not synced.
+//   - 1180: "Got error %d during COMMIT"; an engine failed at COMMIT.
+//
+// # Sources
+//
+//   - [MySQL-ERR]: MySQL Server Error Message Reference.
+//   - [InnoDB-ERR]: MySQL Reference Manual, "InnoDB Error Handling".
+//   - [MariaDB-ERR]: MariaDB Server documentation, "MariaDB Error Codes".
+//   - [MariaDB-SI]: MariaDB Server documentation, InnoDB system variables,
+//     innodb_snapshot_isolation.
+//   - [Galera]: Galera Cluster documentation (certification failures
+//     reported as deadlocks; node not ready).
+//   - [MySQL-GR]: MySQL Reference Manual, "Group Replication".
+//   - [TiDB-ERR]: TiDB documentation, "Error Codes and Troubleshooting".
+//
+// [MySQL-ERR]: https://dev.mysql.com/doc/mysql-errors/8.4/en/server-error-reference.html
+// [InnoDB-ERR]: https://dev.mysql.com/doc/refman/8.4/en/innodb-error-handling.html
+// [MariaDB-ERR]: https://mariadb.com/docs/server/reference/error-codes
+// [MariaDB-SI]: https://mariadb.com/docs/server/server-usage/storage-engines/innodb/innodb-system-variables
+// [Galera]: https://galeracluster.com/library/documentation/
+// [MySQL-GR]: https://dev.mysql.com/doc/refman/8.4/en/group-replication.html
+// [TiDB-ERR]: https://docs.pingcap.com/tidb/stable/error-codes
+package mysqlerr
