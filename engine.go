@@ -1,0 +1,357 @@
+package txretry
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"reflect"
+	"time"
+
+	"github.com/txretry/txretry/internal/core"
+	"github.com/txretry/txretry/mysqlerr"
+	"github.com/txretry/txretry/pgerr"
+)
+
+func init() {
+	core.Run = func(ctx context.Context, a core.Adapter, call func(context.Context, core.Tx) error, opts any) error {
+		o, ok := opts.([]Option)
+		if !ok && opts != nil {
+			return errors.New("txretry: internal error: options of the wrong type")
+		}
+		return run(ctx, a, call, o)
+	}
+}
+
+// txCtxKey keys the running transaction in the context handed to fn.
+type txCtxKey struct{}
+
+type txCtxVal struct {
+	key     any
+	tx      core.Tx
+	attempt int
+}
+
+// Attempt returns the 1-based number of the attempt running fn, from the
+// context that RunInTx passed to fn; 0 for any other context. A nested call
+// that joined an outer transaction reports the outer attempt.
+func Attempt(ctx context.Context) int {
+	if ctx == nil {
+		return 0
+	}
+	if v, ok := ctx.Value(txCtxKey{}).(*txCtxVal); ok {
+		return v.attempt
+	}
+	return 0
+}
+
+func sameKey(a, b any) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
+}
+
+// run is the engine: attempt, classify, decide, wait or verify, report.
+func run(ctx context.Context, a core.Adapter, call func(context.Context, core.Tx) error, opts []Option) error {
+	if ctx == nil {
+		return errors.Join(ErrInvalidOption, errors.New("txretry: nil context"))
+	}
+	cfg, err := resolve(opts)
+	if err != nil {
+		return err
+	}
+	// A nested call on the same handle joins the outer transaction and
+	// leaves retrying to the outermost call.
+	if v, ok := ctx.Value(txCtxKey{}).(*txCtxVal); ok && sameKey(v.key, a.Key) {
+		return call(ctx, v.tx)
+	}
+	r := &runner{cfg: cfg, a: a, call: call}
+	return r.run(ctx)
+}
+
+type runner struct {
+	cfg    *config
+	a      core.Adapter
+	call   func(context.Context, core.Tx) error
+	start  time.Time
+	waited time.Duration
+}
+
+type resultKind uint8
+
+const (
+	resCommitted resultKind = iota
+	resRetryable
+	resPermanent
+	resUncertain
+)
+
+type result struct {
+	kind  resultKind
+	err   error
+	state string // verifier's state recorded before COMMIT
+}
+
+func (r *runner) run(ctx context.Context) (err error) {
+	cfg := r.cfg
+	r.start = cfg.clock.Now()
+	deadline, reason := r.deadline(ctx)
+	var (
+		last    error
+		minDur  time.Duration = -1
+		attempt int
+		outcome = Panicked
+	)
+	if cfg.observer != nil {
+		defer func() {
+			cfg.observer.Observe(ctx, Event{Kind: CallFinished, Label: cfg.label, Outcome: outcome, Attempts: attempt,
+				Duration: cfg.clock.Now().Sub(r.start), Waited: r.waited})
+		}()
+	}
+	for attempt = 1; ; attempt++ {
+		if cerr := ctx.Err(); cerr != nil {
+			outcome = Cancelled
+			attempt--
+			if last == nil {
+				return cerr
+			}
+			return &RetryError{Attempts: attempt, Reason: "context", Cause: cerr, Err: last}
+		}
+		if cfg.observer != nil {
+			cfg.observer.Observe(ctx, Event{Kind: AttemptStarted, Label: cfg.label, Attempt: attempt})
+		}
+		t0 := cfg.clock.Now()
+		res := r.attempt(ctx, attempt)
+		dur := cfg.clock.Now().Sub(t0)
+		if res.kind != resCommitted {
+			r.observeFailure(ctx, attempt, res, dur)
+		}
+		switch res.kind {
+		case resCommitted:
+			outcome = Committed
+			return nil
+		case resPermanent:
+			outcome = PermanentError
+			return res.err
+		case resUncertain:
+			if cfg.verifier == nil {
+				outcome = CommitUncertain
+				return &CommitUncertainError{Attempts: attempt, Err: res.err}
+			}
+			committed, verr := r.verify(ctx, res.state, deadline)
+			if verr != nil {
+				outcome = CommitUncertain
+				return &CommitUncertainError{Attempts: attempt, Err: res.err, Verifier: cfg.verifier.name(), VerifyErr: verr}
+			}
+			if committed {
+				outcome = Committed
+				return nil
+			}
+		}
+		last = res.err
+		if attempt >= cfg.maxAttempts {
+			outcome = Exhausted
+			return &RetryError{Attempts: attempt, Reason: "attempt limit", Cause: ErrRetriesExhausted, Err: last}
+		}
+		if minDur < 0 || dur < minDur {
+			minDur = dur
+		}
+		delay := max(cfg.backoff.Delay(attempt, cfg.rand()), 0)
+		if !deadline.IsZero() && cfg.clock.Now().Add(delay+minDur).After(deadline) {
+			outcome = Exhausted
+			return &RetryError{Attempts: attempt, Reason: reason, Cause: ErrRetriesExhausted, Err: last}
+		}
+		if cfg.observer != nil {
+			cfg.observer.Observe(ctx, Event{Kind: RetryScheduled, Label: cfg.label, Attempt: attempt, Delay: delay})
+		}
+		if werr := r.wait(ctx, delay); werr != nil {
+			outcome = Cancelled
+			return &RetryError{Attempts: attempt, Reason: "context", Cause: werr, Err: last}
+		}
+	}
+}
+
+func (r *runner) observeFailure(ctx context.Context, attempt int, res result, dur time.Duration) {
+	if r.cfg.observer == nil {
+		return
+	}
+	class := Permanent
+	switch res.kind {
+	case resRetryable:
+		class = Retryable
+	case resUncertain:
+		class = Uncertain
+	}
+	r.cfg.observer.Observe(ctx, Event{Kind: AttemptFailed, Label: r.cfg.label, Attempt: attempt, Class: class,
+		Code: errCode(res.err), ErrType: errType(res.err), Duration: dur})
+}
+
+// deadline is the earlier of the context's deadline and the time budget.
+func (r *runner) deadline(ctx context.Context) (time.Time, string) {
+	var d time.Time
+	reason := ""
+	if r.cfg.budget > 0 {
+		d, reason = r.start.Add(r.cfg.budget), "time budget"
+	}
+	if cd, ok := ctx.Deadline(); ok && (d.IsZero() || cd.Before(d)) {
+		d, reason = cd, "deadline"
+	}
+	return d, reason
+}
+
+// wait sleeps d on the configured clock, or until ctx ends.
+func (r *runner) wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t0 := r.cfg.clock.Now()
+	t := r.cfg.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		r.waited += r.cfg.clock.Now().Sub(t0)
+		return nil
+	case <-ctx.Done():
+		r.waited += r.cfg.clock.Now().Sub(t0)
+		return context.Cause(ctx)
+	}
+}
+
+// attempt runs one transaction: BEGIN, fn, COMMIT or ROLLBACK.
+func (r *runner) attempt(ctx context.Context, n int) result {
+	cfg := r.cfg
+	tx, err := r.a.Begin(ctx, cfg.txOpts)
+	if err != nil {
+		return r.classify(err)
+	}
+	fnCtx := context.WithValue(ctx, txCtxKey{}, &txCtxVal{key: r.a.Key, tx: tx, attempt: n})
+	if cfg.attemptTimeout > 0 {
+		var cancel context.CancelFunc
+		fnCtx, cancel = context.WithTimeout(fnCtx, cfg.attemptTimeout)
+		defer cancel()
+	}
+	finished := false
+	defer func() {
+		if !finished {
+			// fn panicked (or called runtime.Goexit): roll back and let the
+			// panic go on with its original value.
+			r.rollback(ctx, tx)
+		}
+	}()
+	err = r.call(fnCtx, tx)
+	finished = true
+	if err != nil {
+		if cfg.attemptTimeout > 0 && ctx.Err() == nil && errors.Is(fnCtx.Err(), context.DeadlineExceeded) {
+			err = &attemptTimeoutError{err: err}
+		}
+		r.rollback(ctx, tx)
+		return r.classify(err)
+	}
+	var state string
+	if cfg.verifier != nil {
+		if state, err = cfg.verifier.prepare(fnCtx, tx); err != nil {
+			r.rollback(ctx, tx)
+			return r.classify(err)
+		}
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.commitTimeout)
+	err = tx.Commit(cctx)
+	cancel()
+	if err == nil {
+		return result{kind: resCommitted}
+	}
+	if !notCommitted(err, r.a.NotCommitted) {
+		return result{kind: resUncertain, err: err, state: state}
+	}
+	return r.classify(err)
+}
+
+func (r *runner) classify(err error) result {
+	if r.cfg.classify(err) {
+		return result{kind: resRetryable, err: err}
+	}
+	return result{kind: resPermanent, err: err}
+}
+
+func (r *runner) rollback(ctx context.Context, tx core.Tx) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.commitTimeout)
+	defer cancel()
+	_ = tx.Rollback(rctx) // the attempt's own error is what the caller needs
+}
+
+type attemptTimeoutError struct{ err error }
+
+func (e *attemptTimeoutError) Error() string {
+	return "txretry: attempt timed out: " + Describe(e.err)
+}
+
+func (e *attemptTimeoutError) Unwrap() []error {
+	return []error{ErrAttemptTimeout, context.DeadlineExceeded, e.err}
+}
+
+// DefaultClassifier reports the errors retried by default: PostgreSQL
+// SQLSTATE 40001 (serialization_failure, also CockroachDB's and YugabyteDB's
+// restart error) and 40P01 (deadlock_detected), and MySQL/MariaDB error 1213
+// (ER_LOCK_DEADLOCK, also Galera certification failures and TiDB pessimistic
+// deadlocks), anywhere in err's tree (%w wrapping and errors.Join).
+func DefaultClassifier(err error) bool {
+	return pgerr.IsRetryable(err) || mysqlerr.IsRetryable(err)
+}
+
+// notCommitted reports whether a COMMIT error proves that nothing was
+// committed. Everything it does not prove is uncertain.
+func notCommitted(err error, adapterSays func(error) bool) bool {
+	if errors.Is(err, driver.ErrBadConn) {
+		// database/sql/driver: "ErrBadConn should be returned ... to signal
+		// ... that the driver did not perform the operation".
+		return true
+	}
+	if safe, ok := safeToRetry(err); ok && safe {
+		// pgconn: nothing was sent to the server.
+		return true
+	}
+	if adapterSays != nil && adapterSays(err) {
+		return true
+	}
+	if code := pgerr.SQLState(err); code != "" {
+		return !uncertainSQLState(code)
+	}
+	if _, ok := mysqlerr.Number(err); ok {
+		// The server answered COMMIT with an error: it did not commit.
+		return true
+	}
+	return walk(err, func(e error) bool { return e.Error() == pgxCommitRollbackMsg })
+}
+
+// pgxCommitRollbackMsg is the text of pgx.ErrTxCommitRollback: the server
+// answered COMMIT with ROLLBACK because the transaction had failed. Matched
+// by text so that the database/sql path does not import pgx; a test pins it
+// to the real value.
+const pgxCommitRollbackMsg = "commit unexpectedly resulted in rollback"
+
+// uncertainSQLState reports server-reported codes at COMMIT that leave the
+// outcome unknown: the server says so (40003, 08007), a connection exception
+// (class 08), or an interruption that can arrive after the commit record was
+// written (administrator or crash shutdown, query cancel).
+func uncertainSQLState(code string) bool {
+	switch code {
+	case pgerr.StatementCompletionUnknown, pgerr.TransactionResolutionUnknown,
+		pgerr.AdminShutdown, pgerr.CrashShutdown, pgerr.CannotConnectNow, pgerr.QueryCanceled:
+		return true
+	}
+	return len(code) == 5 && code[:2] == "08"
+}
+
+// safeToRetry finds the first error in the tree with pgconn's
+// SafeToRetry() bool method.
+func safeToRetry(err error) (safe, found bool) {
+	walk(err, func(e error) bool {
+		if s, ok := e.(interface{ SafeToRetry() bool }); ok {
+			safe, found = s.SafeToRetry(), true
+			return true
+		}
+		return false
+	})
+	return safe, found
+}
