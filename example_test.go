@@ -1,0 +1,91 @@
+package txretry_test
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/internal/fakedb"
+	"github.com/txretry/txretry/mysqlerr"
+	"github.com/txretry/txretry/pgerr"
+)
+
+// The scripted fake driver stands in for a database here: its first COMMIT
+// fails with a serialization failure, as PostgreSQL's does under SERIALIZABLE.
+func ExampleRunInTx() {
+	drv := &fakedb.Driver{OnCommit: func(n int) error {
+		if n == 1 {
+			return &fakedb.SQLStateError{Code: "40001", Message: "could not serialize access"}
+		}
+		return nil
+	}}
+	db := drv.DB() // in real code: sql.Open("pgx", dsn) or sql.Open("mysql", dsn)
+	defer db.Close()
+
+	err := txretry.RunInTx(context.Background(), db, func(ctx context.Context, tx *sql.Tx) error {
+		fmt.Println("attempt", txretry.Attempt(ctx))
+		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - 10 WHERE id = 1")
+		return err
+	}, txretry.WithIsolation(sql.LevelSerializable))
+	fmt.Println("err:", err)
+	// Output:
+	// attempt 1
+	// attempt 2
+	// err: <nil>
+}
+
+func ExampleRetryError() {
+	drv := &fakedb.Driver{OnExec: func(context.Context, int, string, []driver.NamedValue) error {
+		return &fakedb.SQLStateError{Code: "40P01", Message: "deadlock detected"}
+	}}
+	db := drv.DB()
+	defer db.Close()
+
+	err := txretry.RunInTx(context.Background(), db, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE t SET v = 1")
+		return err
+	}, txretry.WithMaxAttempts(3), txretry.WithBackoff(txretry.Constant(time.Millisecond)))
+
+	var re *txretry.RetryError
+	fmt.Println(errors.Is(err, txretry.ErrRetriesExhausted), errors.As(err, &re) && re.Attempts == 3)
+	fmt.Println(err)
+	// Output:
+	// true true
+	// txretry: stopped after 3 attempt(s) (attempt limit): SQLSTATE 40P01 (*fakedb.SQLStateError)
+}
+
+func ExampleWithRetryOn() {
+	// Also retry lock timeouts (NOWAIT / lock_timeout on PostgreSQL,
+	// innodb_lock_wait_timeout on MySQL), on top of the default class.
+	opt := txretry.WithRetryOn(pgerr.IsLockNotAvailable, mysqlerr.IsLockWaitTimeout)
+	_ = opt
+	fmt.Println(txretry.DefaultClassifier(&fakedb.SQLStateError{Code: "55P03"}))
+	// Output: false
+}
+
+func ExampleCommitMarkerDDL() {
+	ddl, err := txretry.CommitMarkerDDL("txretry_markers")
+	fmt.Println(ddl, err)
+	_, err = txretry.CommitMarkerDDL("markers; DROP TABLE users")
+	fmt.Println(errors.Is(err, txretry.ErrInvalidOption))
+	// Output:
+	// CREATE TABLE IF NOT EXISTS txretry_markers (token VARCHAR(64) NOT NULL PRIMARY KEY, created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP) <nil>
+	// true
+}
+
+func ExampleFullJitter() {
+	b := txretry.FullJitter(txretry.Capped(100*time.Millisecond, txretry.Exponential(10*time.Millisecond)))
+	for retry := 1; retry <= 5; retry++ {
+		fmt.Println(b.Delay(retry, 0.5)) // half of 10, 20, 40, 80, 100 ms
+	}
+	// Output:
+	// 5ms
+	// 10ms
+	// 20ms
+	// 40ms
+	// 50ms
+}
