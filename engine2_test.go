@@ -187,7 +187,7 @@ func TestUncertainCommitIsNeverRetriedBlindly(t *testing.T) {
 
 type safeErr struct{ safe bool }
 
-func (e safeErr) Error() string      { return "conn error" }
+func (e safeErr) Error() string     { return "conn error" }
 func (e safeErr) SafeToRetry() bool { return e.safe }
 
 func TestCommitErrorsThatProveNoCommit(t *testing.T) {

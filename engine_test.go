@@ -231,10 +231,14 @@ func TestInvalidInputGivesErrorsNotPanics(t *testing.T) {
 		{"max attempts negative", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithMaxAttempts(-3)) }},
 		{"nil backoff", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithBackoff(nil)) }},
 		{"zero budget", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithTimeBudget(0)) }},
-		{"negative attempt timeout", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithAttemptTimeout(-time.Second)) }},
+		{"negative attempt timeout", func() error {
+			return txretry.RunInTx(context.Background(), db, fn, txretry.WithAttemptTimeout(-time.Second))
+		}},
 		{"zero commit timeout", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithCommitTimeout(0)) }},
 		{"zero verify timeout", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithVerifyTimeout(0)) }},
-		{"bad isolation", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithIsolation(sql.IsolationLevel(99))) }},
+		{"bad isolation", func() error {
+			return txretry.RunInTx(context.Background(), db, fn, txretry.WithIsolation(sql.IsolationLevel(99)))
+		}},
 		{"nil classifier", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithClassifier(nil)) }},
 		{"nil retry-on", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithRetryOn(nil)) }},
 		{"nil clock", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithClock(nil)) }},

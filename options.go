@@ -245,4 +245,3 @@ func WithRand(float64 func() float64) Option {
 func WithLabel(label string) Option {
 	return func(c *config) { c.label = label }
 }
-
