@@ -1,0 +1,104 @@
+// Package txretry runs a function in a database transaction, commits it, and
+// re-runs the whole transaction when the database reports that it lost a race
+// (a serialization failure or a deadlock). It works with database/sql
+// (RunInTx: pgx's stdlib driver, go-sql-driver/mysql, any driver) and with
+// pgx's native interface (package pgxretry), through one engine and one set
+// of options.
+//
+//	err := txretry.RunInTx(ctx, db, func(ctx context.Context, tx *sql.Tx) error {
+//		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2", amount, from)
+//		return err
+//	}, txretry.WithIsolation(sql.LevelSerializable))
+//
+// # When RunInTx retries
+//
+// An attempt is: BEGIN, fn, COMMIT (or ROLLBACK when fn returns an error).
+// A new attempt is started only when all of these hold:
+//
+//   - the attempt's error is retryable by the classifier: by default
+//     PostgreSQL SQLSTATE 40001 (serialization_failure; also CockroachDB's
+//     and YugabyteDB's restart error) or 40P01 (deadlock_detected), or
+//     MySQL/MariaDB error 1213 (ER_LOCK_DEADLOCK; also Galera certification
+//     failures), found anywhere in the error's tree (%w and errors.Join).
+//     WithRetryOn adds classes (see packages pgerr and mysqlerr for opt-in
+//     ones); WithClassifier replaces the classifier;
+//   - the error came from BEGIN, from fn, or from a COMMIT that the server
+//     answered with an error (PostgreSQL raises 40001 at COMMIT under
+//     SERIALIZABLE): such a COMMIT is a retry point like any statement;
+//   - the attempt's transaction has been rolled back (or is gone with its
+//     connection) and its connection returned: RunInTx never retries inside
+//     a transaction and never waits while holding one;
+//   - fewer than WithMaxAttempts attempts were made (default 10);
+//   - the caller's context has not ended;
+//   - the wait and one more attempt, judged by the shortest attempt of this
+//     call so far, fit before the context's deadline and the time budget
+//     (WithTimeBudget).
+//
+// Otherwise RunInTx returns: nil after a commit; fn's error unchanged (after
+// rolling back) when it is not retryable; a *RetryError matching
+// ErrRetriesExhausted and the last database error when retrying stopped for
+// a limit; a *RetryError matching the context's error and the last database
+// error when the context ended between attempts; the context's error alone
+// when it ended before the first attempt.
+//
+// Between attempts RunInTx waits according to the Backoff (default: full
+// jitter over an exponential delay from 2 ms, capped at 250 ms).
+//
+// # When RunInTx must not retry: uncertain commits
+//
+// A COMMIT that fails without a server answer (a closed connection, EOF, an
+// I/O or timeout error, a context error while COMMIT was in flight) does not
+// tell whether the server committed: the connection may have dropped after
+// the commit record was written. RunInTx never re-runs fn after such an
+// error. Without a verifier it returns a *CommitUncertainError matching
+// ErrCommitUncertain and the driver's error. With a verifier (WithVerify,
+// WithXactStatusVerification, WithCommitMarker) it first establishes the
+// outcome: committed means success, not committed means a normal retry.
+//
+// A COMMIT error counts as "not committed" only where that is proven:
+//
+//   - the server answered COMMIT with an error carrying a SQLSTATE or MySQL
+//     error number, except 40003 (statement_completion_unknown, CockroachDB's
+//     ambiguous result), 08007 (transaction_resolution_unknown), class 08
+//     (connection exception), 57P01, 57P02, 57P03 (shutdown) and 57014
+//     (query_canceled), which stay uncertain;
+//   - pgx's ErrTxCommitRollback (the server answered COMMIT with ROLLBACK
+//     because the transaction had already failed);
+//   - an error for which pgconn's SafeToRetry is true (nothing was sent);
+//   - driver.ErrBadConn, which by its contract means the driver did not
+//     perform the operation.
+//
+// Everything else is uncertain.
+//
+// # What the caller's context governs
+//
+// ctx governs BEGIN, fn's statements (fn receives a context derived from
+// ctx and should pass it on), the waits between attempts and verification.
+// It does not govern COMMIT: once fn has returned nil, COMMIT runs under its
+// own timeout (WithCommitTimeout, default 10 s), even if ctx ends meanwhile,
+// because a cancelled COMMIT is an uncertain one. For database/sql this
+// means the transaction is begun on a context without ctx's cancellation
+// (database/sql rolls a transaction back when its BeginTx context ends).
+//
+// # Nested calls
+//
+// RunInTx called inside fn, with the context fn received and on the same
+// database handle, joins the outer transaction: its fn gets the outer
+// transaction, and its options are checked but otherwise ignored. It never
+// retries on its own: its errors are returned as they are, so that fn can
+// return them and only the outermost call retries. A nested call on another
+// handle is an independent transaction with its own retries.
+//
+// # Panics and leaks
+//
+// A panic in fn rolls the transaction back, returns the connection to the
+// pool and continues with the original value. Invalid options and arguments
+// make RunInTx return an error matching ErrInvalidOption before any attempt.
+//
+// # Errors carry no row data
+//
+// Errors built by txretry (RetryError, CommitUncertainError) and observer
+// events describe database errors by SQLSTATE or error number and Go type
+// only (see Describe), never by the server's message, which can quote
+// values. The wrapped errors stay reachable with errors.As.
+package txretry
