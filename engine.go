@@ -1,6 +1,7 @@
 package txretry
 
 import (
+	"cmp"
 	"context"
 	"database/sql/driver"
 	"errors"
@@ -29,6 +30,19 @@ type txCtxVal struct {
 	key     any
 	tx      core.Tx
 	attempt int
+	gate    *ContentionManager // the manager this attempt was admitted by, if any
+	parent  *txCtxVal          // the enclosing call's attempt, for calls on other handles
+}
+
+// holds reports whether ctx is inside an attempt admitted by m.
+func holds(ctx context.Context, m *ContentionManager) bool {
+	v, _ := ctx.Value(txCtxKey{}).(*txCtxVal)
+	for ; v != nil; v = v.parent {
+		if v.gate == m {
+			return true
+		}
+	}
+	return false
 }
 
 // Attempt returns the 1-based number of the attempt running fn, from the
@@ -66,7 +80,14 @@ func run(ctx context.Context, a core.Adapter, call func(context.Context, core.Tx
 	if v, ok := ctx.Value(txCtxKey{}).(*txCtxVal); ok && sameKey(v.key, a.Key) {
 		return call(ctx, v.tx)
 	}
-	r := &runner{cfg: cfg, a: a, call: call}
+	r := &runner{cfg: cfg, a: a, call: call, cm: cfg.cm}
+	if !cfg.cmSet {
+		r.cm = defaultManager(&a)
+	}
+	if r.cm != nil && holds(ctx, r.cm) {
+		r.cm = nil // already admitted by the enclosing call: queueing again would deadlock
+	}
+	r.parent, _ = ctx.Value(txCtxKey{}).(*txCtxVal)
 	return r.run(ctx)
 }
 
@@ -74,6 +95,8 @@ type runner struct {
 	cfg    *config
 	a      core.Adapter
 	call   func(context.Context, core.Tx) error
+	cm     *ContentionManager
+	parent *txCtxVal
 	start  time.Time
 	waited time.Duration
 }
@@ -118,12 +141,32 @@ func (r *runner) run(ctx context.Context) (err error) {
 			}
 			return &RetryError{Attempts: attempt, Reason: "context", Cause: cerr, Err: last}
 		}
+		if r.cm != nil {
+			if aerr := r.admit(ctx, deadline); aerr != nil {
+				attempt--
+				if ctx.Err() == nil { // the deadline or budget passed in the queue
+					outcome = Exhausted
+					return &RetryError{Attempts: attempt, Reason: reason, Cause: ErrRetriesExhausted, Err: cmp.Or(last, aerr)}
+				}
+				outcome = Cancelled
+				if last == nil {
+					return aerr
+				}
+				return &RetryError{Attempts: attempt, Reason: "context", Cause: aerr, Err: last}
+			}
+		}
+		if attempt == 1 && cfg.budgetShared != nil {
+			cfg.budgetShared.deposit()
+		}
 		if cfg.observer != nil {
 			cfg.observer.Observe(ctx, Event{Kind: AttemptStarted, Label: cfg.label, Attempt: attempt})
 		}
 		t0 := cfg.clock.Now()
 		res := r.attempt(ctx, attempt)
 		dur := cfg.clock.Now().Sub(t0)
+		if r.cm != nil {
+			r.cm.release(res.kind == resRetryable)
+		}
 		if res.kind != resCommitted {
 			r.observeFailure(ctx, attempt, res, dur)
 		}
@@ -157,10 +200,18 @@ func (r *runner) run(ctx context.Context) (err error) {
 		if minDur < 0 || dur < minDur {
 			minDur = dur
 		}
-		delay := max(cfg.backoff.Delay(attempt, cfg.rand()), 0)
+		var delay time.Duration
+		if r.cm == nil || cfg.backoffSet {
+			// A contention manager's queue spaces retries out by itself.
+			delay = max(cfg.backoff.Delay(attempt, cfg.rand()), 0)
+		}
 		if !deadline.IsZero() && cfg.clock.Now().Add(delay+minDur).After(deadline) {
 			outcome = Exhausted
 			return &RetryError{Attempts: attempt, Reason: reason, Cause: ErrRetriesExhausted, Err: last}
+		}
+		if cfg.budgetShared != nil && !cfg.budgetShared.withdraw() {
+			outcome = Exhausted
+			return &RetryError{Attempts: attempt, Reason: "retry budget", Cause: ErrRetriesExhausted, Err: last}
 		}
 		if cfg.observer != nil {
 			cfg.observer.Observe(ctx, Event{Kind: RetryScheduled, Label: cfg.label, Attempt: attempt, Delay: delay})
@@ -200,6 +251,18 @@ func (r *runner) deadline(ctx context.Context) (time.Time, string) {
 	return d, reason
 }
 
+// admit waits for the contention manager's admission, within ctx and the
+// deadline.
+func (r *runner) admit(ctx context.Context, deadline time.Time) error {
+	if deadline.IsZero() {
+		return r.cm.acquire(ctx)
+	}
+	// The deadline is on the configured clock; a real timer approximates it.
+	actx, cancel := context.WithTimeout(ctx, deadline.Sub(r.cfg.clock.Now()))
+	defer cancel()
+	return r.cm.acquire(actx)
+}
+
 // wait sleeps d on the configured clock, or until ctx ends.
 func (r *runner) wait(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
@@ -225,7 +288,7 @@ func (r *runner) attempt(ctx context.Context, n int) result {
 	if err != nil {
 		return r.classify(err)
 	}
-	fnCtx := context.WithValue(ctx, txCtxKey{}, &txCtxVal{key: r.a.Key, tx: tx, attempt: n})
+	fnCtx := context.WithValue(ctx, txCtxKey{}, &txCtxVal{key: r.a.Key, tx: tx, attempt: n, gate: r.cm, parent: r.parent})
 	if cfg.attemptTimeout > 0 {
 		var cancel context.CancelFunc
 		fnCtx, cancel = context.WithTimeout(fnCtx, cfg.attemptTimeout)

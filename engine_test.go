@@ -56,10 +56,12 @@ func newFixture(t *testing.T, drv *fakedb.Driver) *fixture {
 	return f
 }
 
-// opts are the options every fixture call gets: the fake clock and a fixed
-// random source.
+// opts are the options every fixture call gets: the fake clock, a fixed
+// random source, and no contention manager, so that the backoff policy is
+// what these tests see (contention_test.go covers the manager).
 func (f *fixture) opts(more ...txretry.Option) []txretry.Option {
-	return append([]txretry.Option{txretry.WithClock(f.clock), txretry.WithRand(func() float64 { return 0.5 })}, more...)
+	return append([]txretry.Option{txretry.WithClock(f.clock), txretry.WithRand(func() float64 { return 0.5 }),
+		txretry.WithoutContentionManager()}, more...)
 }
 
 // execFn returns a fn that runs one statement and counts its calls.

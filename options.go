@@ -29,6 +29,7 @@ type config struct {
 	err            error
 	maxAttempts    int
 	backoff        Backoff
+	backoffSet     bool
 	budget         time.Duration
 	attemptTimeout time.Duration
 	commitTimeout  time.Duration
@@ -40,6 +41,9 @@ type config struct {
 	verifier       verifier
 	observer       Observer
 	label          string
+	cm             *ContentionManager
+	cmSet          bool // cm was chosen by an option (nil: off)
+	budgetShared   *RetryBudget
 }
 
 func resolve(opts []Option) (*config, error) {
@@ -89,7 +93,7 @@ func WithBackoff(b Backoff) Option {
 			c.fail("WithBackoff(nil)")
 			return
 		}
-		c.backoff = b
+		c.backoff, c.backoffSet = b, true
 	}
 }
 

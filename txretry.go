@@ -40,7 +40,15 @@ func RunInTx(ctx context.Context, db DB, fn func(ctx context.Context, tx *sql.Tx
 	}
 	a := core.Adapter{Key: db, Begin: func(ctx context.Context, o core.TxOptions) (core.Tx, error) {
 		return beginSQL(ctx, db, o)
-	}, NotCommitted: func(err error) bool { return errors.Is(err, ErrTxEndedByFn) }}
+	}, NotCommitted: func(err error) bool { return errors.Is(err, ErrTxEndedByFn) }, Scope: func() (any, func(func())) {
+		switch h := db.(type) {
+		case *sql.DB:
+			return core.WeakKey(h)
+		case *sql.Conn:
+			return core.WeakKey(h)
+		}
+		return nil, nil
+	}}
 	return run(ctx, a, func(ctx context.Context, tx core.Tx) error {
 		return fn(ctx, tx.Handle().(*sql.Tx))
 	}, opts)

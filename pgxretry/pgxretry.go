@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/internal/core"
@@ -43,7 +44,15 @@ func RunInTx(ctx context.Context, db Beginner, fn func(ctx context.Context, tx p
 	}
 	a := core.Adapter{Key: db, Begin: func(ctx context.Context, o core.TxOptions) (core.Tx, error) {
 		return begin(ctx, db, o)
-	}, NotCommitted: func(err error) bool { return errors.Is(err, pgx.ErrTxCommitRollback) }}
+	}, NotCommitted: func(err error) bool { return errors.Is(err, pgx.ErrTxCommitRollback) }, Scope: func() (any, func(func())) {
+		switch h := db.(type) {
+		case *pgxpool.Pool:
+			return core.WeakKey(h)
+		case *pgx.Conn:
+			return core.WeakKey(h)
+		}
+		return nil, nil
+	}}
 	return core.Run(ctx, a, func(ctx context.Context, tx core.Tx) error {
 		return fn(ctx, tx.Handle().(pgx.Tx))
 	}, opts)

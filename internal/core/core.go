@@ -7,6 +7,8 @@ package core
 import (
 	"context"
 	"database/sql"
+	"runtime"
+	"weak"
 )
 
 // TxOptions are the transaction options both adapters understand.
@@ -47,8 +49,22 @@ type Adapter struct {
 	// NotCommitted reports commit errors that this driver proves left nothing
 	// committed, beyond the engine's own driver-independent rules. May be nil.
 	NotCommitted func(err error) bool
+	// Scope returns the handle's weak key and cleanup registration (see
+	// WeakKey), or a nil key if the handle has no default per-handle state.
+	// May be nil.
+	Scope func() (key any, onCollect func(f func()))
 }
 
 // Run is set by package txretry at init: it runs call in transactions begun by
 // a, retrying as the options say. opts must be a []txretry.Option.
 var Run func(ctx context.Context, a Adapter, call func(ctx context.Context, tx Tx) error, opts any) error
+
+// WeakKey returns a comparable key for the handle p that does not keep it
+// alive, and a function that registers f to run once p has been garbage
+// collected. Adapters use it to scope per-handle state such as the default
+// contention manager.
+func WeakKey[T any](p *T) (key any, onCollect func(f func())) {
+	return weak.Make(p), func(f func()) {
+		runtime.AddCleanup(p, func(f func()) { f() }, f)
+	}
+}

@@ -1,0 +1,194 @@
+package txretry_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/internal/fakedb"
+)
+
+func newManager(t *testing.T, width int) *txretry.ContentionManager {
+	t.Helper()
+	m, err := txretry.NewContentionManager(width)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestContentionManagerWidthAdapts(t *testing.T) {
+	m := newManager(t, 0)
+	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(2, errSerialization)})
+	var calls atomic.Int32
+	// Two conflicts halve the width twice; the commit adds 1/width.
+	err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock), txretry.WithContentionManager(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.Width(), 16+1.0/16; got != want {
+		t.Fatalf("width %v, want %v", got, want)
+	}
+	if len(f.clock.Waits()) != 0 {
+		t.Fatalf("waits %v: with a contention manager and the default backoff, the queue spaces retries", f.clock.Waits())
+	}
+}
+
+func TestContentionManagerIsOnByDefaultPerHandle(t *testing.T) {
+	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(2, errSerialization)})
+	var calls atomic.Int32
+	if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock)); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.clock.Waits()) != 0 {
+		t.Fatalf("waits %v: the default per-handle manager replaces the backoff", f.clock.Waits())
+	}
+	// Turning it off brings the backoff back.
+	g := newFixture(t, &fakedb.Driver{OnExec: failFirst(2, errSerialization)})
+	if err := txretry.RunInTx(context.Background(), g.db, execFn(&calls), txretry.WithClock(g.clock), txretry.WithoutContentionManager()); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.clock.Waits()) != 2 {
+		t.Fatalf("waits %v, want 2 backoff waits without a manager", g.clock.Waits())
+	}
+}
+
+// gateHolder runs a call that holds m's only place until release is closed.
+func gateHolder(t *testing.T, db *sql.DB, m *txretry.ContentionManager, release chan struct{}) (entered chan struct{}, done chan error) {
+	entered, done = make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- txretry.RunInTx(context.Background(), db, func(ctx context.Context, tx *sql.Tx) error {
+			close(entered)
+			<-release
+			return nil
+		}, txretry.WithContentionManager(m))
+	}()
+	<-entered
+	return entered, done
+}
+
+func waitQueued(t *testing.T, m *txretry.ContentionManager, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); m.Queued() != n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("queued %d, want %d", m.Queued(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestContentionManagerAdmitsInFIFOOrderWithoutHoldingTransactions(t *testing.T) {
+	m := newManager(t, 1)
+	f := newFixture(t, &fakedb.Driver{})
+	f.clock.onWait = nil
+	release := make(chan struct{})
+	_, holderDone := gateHolder(t, f.db, m, release)
+
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := 1; i <= 5; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := txretry.RunInTx(context.Background(), f.db, func(ctx context.Context, tx *sql.Tx) error {
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				return nil
+			}, txretry.WithContentionManager(m))
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+		waitQueued(t, m, i) // caller i is queued before caller i+1 starts
+	}
+	// Queued callers hold no transaction: only the holder has begun.
+	if st := f.drv.Stats(); st.Begins != 1 || st.ActiveTx != 1 {
+		t.Fatalf("begins=%d active=%d while 5 callers queue, want 1 and 1", st.Begins, st.ActiveTx)
+	}
+	close(release)
+	wg.Wait()
+	if err := <-holderDone; err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range order {
+		if n != i+1 {
+			t.Fatalf("admission order %v, want 1..5", order)
+		}
+	}
+}
+
+func TestContentionManagerWaitEndsWithTheContext(t *testing.T) {
+	m := newManager(t, 1)
+	f := newFixture(t, &fakedb.Driver{})
+	release := make(chan struct{})
+	_, holderDone := gateHolder(t, f.db, m, release)
+	defer func() { close(release); <-holderDone }()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- txretry.RunInTx(ctx, f.db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(m))
+	}()
+	waitQueued(t, m, 1)
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if m.Queued() != 0 {
+		t.Fatal("a cancelled caller stayed in the queue")
+	}
+}
+
+func TestContentionManagerWaitEndsAtTheDeadline(t *testing.T) {
+	m := newManager(t, 1)
+	f := newFixture(t, &fakedb.Driver{})
+	release := make(chan struct{})
+	_, holderDone := gateHolder(t, f.db, m, release)
+	defer func() { close(release); <-holderDone }()
+
+	err := txretry.RunInTx(context.Background(), f.db, func(context.Context, *sql.Tx) error { return nil },
+		txretry.WithContentionManager(m), txretry.WithTimeBudget(20*time.Millisecond))
+	var re *txretry.RetryError
+	if !errors.Is(err, txretry.ErrRetriesExhausted) || !errors.As(err, &re) || re.Reason != "time budget" || re.Attempts != 0 {
+		t.Fatalf("err = %v, want exhaustion by the time budget before any attempt", err)
+	}
+}
+
+func TestNestedCallOnAnotherHandleDoesNotQueueAgain(t *testing.T) {
+	m := newManager(t, 1)
+	f := newFixture(t, &fakedb.Driver{})
+	g := newFixture(t, &fakedb.Driver{})
+	done := make(chan error, 1)
+	go func() {
+		done <- txretry.RunInTx(context.Background(), f.db, func(ctx context.Context, tx *sql.Tx) error {
+			return txretry.RunInTx(ctx, g.db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(m))
+		}, txretry.WithContentionManager(m))
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("nested call deadlocked on the gate its outer call holds")
+	}
+}
+
+func TestContentionManagerValidation(t *testing.T) {
+	if _, err := txretry.NewContentionManager(-1); !errors.Is(err, txretry.ErrInvalidOption) {
+		t.Fatalf("err = %v, want ErrInvalidOption", err)
+	}
+	db := (&fakedb.Driver{}).DB()
+	defer db.Close()
+	err := txretry.RunInTx(context.Background(), db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(nil))
+	if !errors.Is(err, txretry.ErrInvalidOption) {
+		t.Fatalf("err = %v, want ErrInvalidOption", err)
+	}
+}
