@@ -54,7 +54,7 @@ type harness struct {
 	spans  *tracetest.InMemoryExporter
 }
 
-func newHarness(t *testing.T, opts ...otelretry.Option) *harness {
+func newHarness(t testing.TB, opts ...otelretry.Option) *harness {
 	t.Helper()
 	h := &harness{reader: sdkmetric.NewManualReader(), spans: tracetest.NewInMemoryExporter()}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(h.reader))
