@@ -156,11 +156,8 @@ var managers sync.Map // weak key -> *ContentionManager
 
 // defaultManager returns the manager of the adapter's handle, creating it on
 // first use, or nil if the handle has no scope.
-func defaultManager(a *core.Adapter) *ContentionManager {
-	if a.Scope == nil {
-		return nil
-	}
-	key, onCollect := a.Scope()
+func defaultManager(a core.Adapter) *ContentionManager {
+	key := a.Scope()
 	if key == nil {
 		return nil
 	}
@@ -170,7 +167,7 @@ func defaultManager(a *core.Adapter) *ContentionManager {
 	m, _ := NewContentionManager(0)
 	actual, loaded := managers.LoadOrStore(key, m)
 	if !loaded {
-		onCollect(func() { managers.Delete(key) })
+		a.OnCollect(func() { managers.Delete(key) })
 	}
 	return actual.(*ContentionManager)
 }

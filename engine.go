@@ -14,12 +14,12 @@ import (
 )
 
 func init() {
-	core.Run = func(ctx context.Context, a core.Adapter, call func(context.Context, core.Tx) error, opts any) error {
+	core.Run = func(ctx context.Context, a core.Adapter, opts any) error {
 		o, ok := opts.([]Option)
 		if !ok && opts != nil {
 			return errors.New("txretry: internal error: options of the wrong type")
 		}
-		return run(ctx, a, call, o)
+		return run(ctx, a, o)
 	}
 }
 
@@ -67,22 +67,23 @@ func sameKey(a, b any) bool {
 }
 
 // run is the engine: attempt, classify, decide, wait or verify, report.
-func run(ctx context.Context, a core.Adapter, call func(context.Context, core.Tx) error, opts []Option) error {
+func run(ctx context.Context, a core.Adapter, opts []Option) error {
 	if ctx == nil {
 		return errors.Join(ErrInvalidOption, errors.New("txretry: nil context"))
 	}
-	cfg, err := resolve(opts)
-	if err != nil {
+	r := &runner{a: a}
+	cfg := &r.cfg
+	if err := resolve(cfg, opts); err != nil {
 		return err
 	}
 	// A nested call on the same handle joins the outer transaction and
 	// leaves retrying to the outermost call.
-	if v, ok := ctx.Value(txCtxKey{}).(*txCtxVal); ok && sameKey(v.key, a.Key) {
-		return call(ctx, v.tx)
+	if v, ok := ctx.Value(txCtxKey{}).(*txCtxVal); ok && sameKey(v.key, a.Key()) {
+		return a.Call(ctx, v.tx)
 	}
-	r := &runner{cfg: cfg, a: a, call: call, cm: cfg.cm}
+	r.cm = cfg.cm
 	if !cfg.cmSet {
-		r.cm = defaultManager(&a)
+		r.cm = defaultManager(a)
 	}
 	if r.cm != nil && holds(ctx, r.cm) {
 		r.cm = nil // already admitted by the enclosing call: queueing again would deadlock
@@ -92,13 +93,13 @@ func run(ctx context.Context, a core.Adapter, call func(context.Context, core.Tx
 }
 
 type runner struct {
-	cfg    *config
+	cfg    config // resolved once per call, then read-only
 	a      core.Adapter
-	call   func(context.Context, core.Tx) error
 	cm     *ContentionManager
 	parent *txCtxVal
 	start  time.Time
 	waited time.Duration
+	val    txCtxVal // the running attempt, as fn's context carries it
 }
 
 type resultKind uint8
@@ -117,7 +118,7 @@ type result struct {
 }
 
 func (r *runner) run(ctx context.Context) (err error) {
-	cfg := r.cfg
+	cfg := &r.cfg
 	r.start = cfg.clock.Now()
 	deadline, reason := r.deadline(ctx)
 	var (
@@ -283,12 +284,13 @@ func (r *runner) wait(ctx context.Context, d time.Duration) error {
 
 // attempt runs one transaction: BEGIN, fn, COMMIT or ROLLBACK.
 func (r *runner) attempt(ctx context.Context, n int) result {
-	cfg := r.cfg
+	cfg := &r.cfg
 	tx, err := r.a.Begin(ctx, cfg.txOpts)
 	if err != nil {
 		return r.classify(err)
 	}
-	fnCtx := context.WithValue(ctx, txCtxKey{}, &txCtxVal{key: r.a.Key, tx: tx, attempt: n, gate: r.cm, parent: r.parent})
+	r.val = txCtxVal{key: r.a.Key(), tx: tx, attempt: n, gate: r.cm, parent: r.parent}
+	fnCtx := context.WithValue(ctx, txCtxKey{}, &r.val)
 	if cfg.attemptTimeout > 0 {
 		var cancel context.CancelFunc
 		fnCtx, cancel = context.WithTimeout(fnCtx, cfg.attemptTimeout)
@@ -302,7 +304,7 @@ func (r *runner) attempt(ctx context.Context, n int) result {
 			r.rollback(ctx, tx)
 		}
 	}()
-	err = r.call(fnCtx, tx)
+	err = r.a.Call(fnCtx, tx)
 	finished = true
 	if err != nil {
 		if cfg.attemptTimeout > 0 && ctx.Err() == nil && errors.Is(fnCtx.Err(), context.DeadlineExceeded) {
@@ -318,9 +320,7 @@ func (r *runner) attempt(ctx context.Context, n int) result {
 			return r.classify(err)
 		}
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.commitTimeout)
-	err = tx.Commit(cctx)
-	cancel()
+	err = tx.Commit(ctx, cfg.commitTimeout)
 	if err == nil {
 		return result{kind: resCommitted}
 	}
@@ -338,9 +338,7 @@ func (r *runner) classify(err error) result {
 }
 
 func (r *runner) rollback(ctx context.Context, tx core.Tx) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.commitTimeout)
-	defer cancel()
-	_ = tx.Rollback(rctx) // the attempt's own error is what the caller needs
+	_ = tx.Rollback(ctx, r.cfg.commitTimeout) // the attempt's own error is what the caller needs
 }
 
 type attemptTimeoutError struct{ err error }

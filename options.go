@@ -46,8 +46,9 @@ type config struct {
 	budgetShared   *RetryBudget
 }
 
-func resolve(opts []Option) (*config, error) {
-	c := &config{
+// resolve fills c from the defaults and opts.
+func resolve(c *config, opts []Option) error {
+	*c = config{
 		maxAttempts:   DefaultMaxAttempts,
 		backoff:       defaultBackoff,
 		commitTimeout: DefaultCommitTimeout,
@@ -63,7 +64,7 @@ func resolve(opts []Option) (*config, error) {
 		}
 		o(c)
 	}
-	return c, c.err
+	return c.err
 }
 
 func (c *config) fail(format string, args ...any) {

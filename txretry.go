@@ -38,20 +38,42 @@ func RunInTx(ctx context.Context, db DB, fn func(ctx context.Context, tx *sql.Tx
 	if fn == nil {
 		return fmt.Errorf("%w: nil fn", ErrInvalidOption)
 	}
-	a := core.Adapter{Key: db, Begin: func(ctx context.Context, o core.TxOptions) (core.Tx, error) {
-		return beginSQL(ctx, db, o)
-	}, NotCommitted: func(err error) bool { return errors.Is(err, ErrTxEndedByFn) }, Scope: func() (any, func(func())) {
-		switch h := db.(type) {
-		case *sql.DB:
-			return core.WeakKey(h)
-		case *sql.Conn:
-			return core.WeakKey(h)
-		}
-		return nil, nil
-	}}
-	return run(ctx, a, func(ctx context.Context, tx core.Tx) error {
-		return fn(ctx, tx.Handle().(*sql.Tx))
-	}, opts)
+	return run(ctx, &sqlAdapter{db: db, fn: fn}, opts)
+}
+
+// sqlAdapter adapts database/sql to the engine.
+type sqlAdapter struct {
+	db DB
+	fn func(ctx context.Context, tx *sql.Tx) error
+}
+
+func (a *sqlAdapter) Key() any { return a.db }
+
+func (a *sqlAdapter) Begin(ctx context.Context, o core.TxOptions) (core.Tx, error) {
+	return beginSQL(ctx, a.db, o)
+}
+
+func (a *sqlAdapter) Call(ctx context.Context, tx core.Tx) error { return a.fn(ctx, tx.(*sqlTx).tx) }
+
+func (a *sqlAdapter) NotCommitted(err error) bool { return errors.Is(err, ErrTxEndedByFn) }
+
+func (a *sqlAdapter) Scope() any {
+	switch h := a.db.(type) {
+	case *sql.DB:
+		return core.WeakKey(h)
+	case *sql.Conn:
+		return core.WeakKey(h)
+	}
+	return nil
+}
+
+func (a *sqlAdapter) OnCollect(f func()) {
+	switch h := a.db.(type) {
+	case *sql.DB:
+		core.OnCollect(h, f)
+	case *sql.Conn:
+		core.OnCollect(h, f)
+	}
 }
 
 // sqlTx is one database/sql attempt. Its transaction is begun on a context
@@ -61,45 +83,55 @@ func RunInTx(ctx context.Context, db DB, fn func(ctx context.Context, tx *sql.Tx
 type sqlTx struct {
 	tx     *sql.Tx
 	cancel context.CancelFunc
+	opts   sql.TxOptions
 }
 
 func beginSQL(ctx context.Context, db DB, o core.TxOptions) (core.Tx, error) {
-	txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	// BEGIN itself still honours the caller's cancellation.
-	stop := context.AfterFunc(ctx, cancel)
-	tx, err := db.BeginTx(txCtx, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
-	if !stop() && err == nil {
-		// ctx ended during BEGIN: database/sql is rolling the transaction back.
-		_ = tx.Rollback()
-		err = context.Cause(ctx)
+	t := &sqlTx{opts: sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly}}
+	var txCtx context.Context
+	txCtx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	var err error
+	if ctx.Done() == nil {
+		t.tx, err = db.BeginTx(txCtx, &t.opts)
+	} else {
+		// BEGIN itself (and the wait for a pooled connection) still
+		// honours the caller's cancellation.
+		stop := context.AfterFunc(ctx, t.cancel)
+		t.tx, err = db.BeginTx(txCtx, &t.opts)
+		if !stop() && err == nil {
+			// ctx ended during BEGIN: database/sql is rolling back.
+			_ = t.tx.Rollback()
+			err = context.Cause(ctx)
+		}
 	}
 	if err != nil {
-		cancel()
+		t.cancel()
 		return nil, err
 	}
-	return &sqlTx{tx: tx, cancel: cancel}, nil
+	return t, nil
 }
 
-// bounded runs f and cancels the transaction's context if ctx's deadline
-// passes first, which makes the driver abandon the statement.
-func (t *sqlTx) bounded(ctx context.Context, f func() error) error {
-	defer t.cancel()
-	if d, ok := ctx.Deadline(); ok {
-		timer := time.AfterFunc(time.Until(d), t.cancel)
-		defer timer.Stop()
-	}
-	return f()
+// bounded runs f (COMMIT or ROLLBACK) and cancels the transaction's context
+// if timeout passes first, which makes the driver abandon the statement.
+func (t *sqlTx) bounded(timeout time.Duration, f func() error) error {
+	timer := time.AfterFunc(timeout, t.cancel)
+	err := f()
+	timer.Stop()
+	t.cancel()
+	return err
 }
 
-func (t *sqlTx) Commit(ctx context.Context) error {
-	err := t.bounded(ctx, t.tx.Commit)
+func (t *sqlTx) Commit(_ context.Context, timeout time.Duration) error {
+	err := t.bounded(timeout, t.tx.Commit)
 	if errors.Is(err, sql.ErrTxDone) {
 		return fmt.Errorf("%w: %w", ErrTxEndedByFn, err)
 	}
 	return err
 }
 
-func (t *sqlTx) Rollback(ctx context.Context) error { return t.bounded(ctx, t.tx.Rollback) }
+func (t *sqlTx) Rollback(_ context.Context, timeout time.Duration) error {
+	return t.bounded(timeout, t.tx.Rollback)
+}
 
 func (t *sqlTx) Exec(ctx context.Context, query string) error {
 	_, err := t.tx.ExecContext(ctx, query)
@@ -111,5 +143,3 @@ func (t *sqlTx) QueryString(ctx context.Context, query string) (string, bool, er
 	err := t.tx.QueryRowContext(ctx, query).Scan(&s)
 	return s.String, s.Valid, err
 }
-
-func (t *sqlTx) Handle() any { return t.tx }

@@ -24,8 +24,14 @@ type verifier interface {
 	// verify makes one try at establishing the outcome. An error is retried
 	// with backoff until the verification deadline, unless it matches
 	// errUnresolvable.
-	verify(ctx context.Context, begin core.Begin, state string) (committed bool, err error)
+	verify(ctx context.Context, begin beginFunc, state string) (committed bool, err error)
 }
+
+// beginFunc starts a fresh transaction for a verifier.
+type beginFunc func(ctx context.Context, opts core.TxOptions) (core.Tx, error)
+
+// probeTimeout bounds the rollback of a verifier's probe transaction.
+const probeTimeout = 5 * time.Second
 
 var (
 	errUnresolvable = errors.New("txretry: the outcome cannot be established")
@@ -66,7 +72,7 @@ func (callbackVerifier) name() string { return "callback" }
 
 func (callbackVerifier) prepare(context.Context, core.Tx) (string, error) { return "", nil }
 
-func (f callbackVerifier) verify(ctx context.Context, _ core.Begin, _ string) (committed bool, err error) {
+func (f callbackVerifier) verify(ctx context.Context, _ beginFunc, _ string) (committed bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			committed, err = false, fmt.Errorf("txretry: verify callback panicked: %v", p)
@@ -105,7 +111,7 @@ func (v xactStatusVerifier) prepare(ctx context.Context, tx core.Tx) (string, er
 	return id, nil
 }
 
-func (xactStatusVerifier) verify(ctx context.Context, begin core.Begin, xid string) (bool, error) {
+func (xactStatusVerifier) verify(ctx context.Context, begin beginFunc, xid string) (bool, error) {
 	if xid == "" {
 		return false, nil // nothing was written: re-running is harmless
 	}
@@ -116,7 +122,7 @@ func (xactStatusVerifier) verify(ctx context.Context, begin core.Begin, xid stri
 	if err != nil {
 		return false, err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only probe
+	defer tx.Rollback(ctx, probeTimeout) //nolint:errcheck // read-only probe
 	status, ok, err := tx.QueryString(ctx, "SELECT pg_xact_status('"+xid+"'::xid8)")
 	switch {
 	case err != nil:
@@ -171,12 +177,12 @@ func (v markerVerifier) insert(token string) string {
 	return "INSERT INTO " + v.table + " (token) VALUES ('" + token + "')"
 }
 
-func (v markerVerifier) verify(ctx context.Context, begin core.Begin, token string) (bool, error) {
+func (v markerVerifier) verify(ctx context.Context, begin beginFunc, token string) (bool, error) {
 	tx, err := begin(ctx, core.TxOptions{})
 	if err != nil {
 		return false, err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // the probe is always undone
+	defer tx.Rollback(ctx, probeTimeout) //nolint:errcheck // the probe is always undone
 	err = tx.Exec(ctx, v.insert(token))
 	switch {
 	case err == nil:
@@ -232,7 +238,7 @@ func PurgeCommitMarkersSQL(table string, olderThan time.Duration) (string, error
 // verify runs the configured verifier until it answers, retrying errors with
 // the backoff within the verification timeout, the time budget and ctx.
 func (r *runner) verify(ctx context.Context, state string, deadline time.Time) (committed bool, err error) {
-	cfg := r.cfg
+	cfg := &r.cfg
 	vctx, cancel := context.WithTimeout(ctx, cfg.verifyTimeout)
 	defer cancel()
 	if !deadline.IsZero() {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -42,32 +43,53 @@ func RunInTx(ctx context.Context, db Beginner, fn func(ctx context.Context, tx p
 	if fn == nil {
 		return fmt.Errorf("%w: nil fn", txretry.ErrInvalidOption)
 	}
-	a := core.Adapter{Key: db, Begin: func(ctx context.Context, o core.TxOptions) (core.Tx, error) {
-		return begin(ctx, db, o)
-	}, NotCommitted: func(err error) bool { return errors.Is(err, pgx.ErrTxCommitRollback) }, Scope: func() (any, func(func())) {
-		switch h := db.(type) {
-		case *pgxpool.Pool:
-			return core.WeakKey(h)
-		case *pgx.Conn:
-			return core.WeakKey(h)
-		}
-		return nil, nil
-	}}
-	return core.Run(ctx, a, func(ctx context.Context, tx core.Tx) error {
-		return fn(ctx, tx.Handle().(pgx.Tx))
-	}, opts)
+	return core.Run(ctx, &adapter{db: db, fn: fn}, opts)
 }
 
-func begin(ctx context.Context, db Beginner, o core.TxOptions) (core.Tx, error) {
+// adapter adapts pgx to txretry's engine.
+type adapter struct {
+	db Beginner
+	fn func(ctx context.Context, tx pgx.Tx) error
+}
+
+func (a *adapter) Key() any { return a.db }
+
+func (a *adapter) Begin(ctx context.Context, o core.TxOptions) (core.Tx, error) {
 	opts, err := txOptions(o)
 	if err != nil {
 		return nil, err
 	}
-	tx, err := db.BeginTx(ctx, opts)
+	tx, err := a.db.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &attempt{tx: tx, rec: &recorder{}}, nil
+	return &attempt{tx: tx}, nil
+}
+
+func (a *adapter) Call(ctx context.Context, tx core.Tx) error {
+	at := tx.(*attempt)
+	return a.fn(ctx, &recTx{Tx: at.tx, rec: &at.rec, outer: true})
+}
+
+func (a *adapter) NotCommitted(err error) bool { return errors.Is(err, pgx.ErrTxCommitRollback) }
+
+func (a *adapter) Scope() any {
+	switch h := a.db.(type) {
+	case *pgxpool.Pool:
+		return core.WeakKey(h)
+	case *pgx.Conn:
+		return core.WeakKey(h)
+	}
+	return nil
+}
+
+func (a *adapter) OnCollect(f func()) {
+	switch h := a.db.(type) {
+	case *pgxpool.Pool:
+		core.OnCollect(h, f)
+	case *pgx.Conn:
+		core.OnCollect(h, f)
+	}
 }
 
 func txOptions(o core.TxOptions) (pgx.TxOptions, error) {
@@ -94,10 +116,17 @@ func txOptions(o core.TxOptions) (pgx.TxOptions, error) {
 // attempt is one pgx attempt.
 type attempt struct {
 	tx  pgx.Tx
-	rec *recorder
+	rec recorder
 }
 
-func (a *attempt) Commit(ctx context.Context) error {
+// shielded is ctx without its cancellation, bounded by timeout.
+func shielded(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), timeout)
+}
+
+func (a *attempt) Commit(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := shielded(ctx, timeout)
+	defer cancel()
 	err := a.tx.Commit(ctx)
 	if errors.Is(err, pgx.ErrTxCommitRollback) {
 		if swallowed := a.rec.get(); swallowed != nil {
@@ -107,7 +136,11 @@ func (a *attempt) Commit(ctx context.Context) error {
 	return err
 }
 
-func (a *attempt) Rollback(ctx context.Context) error { return a.tx.Rollback(ctx) }
+func (a *attempt) Rollback(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := shielded(ctx, timeout)
+	defer cancel()
+	return a.tx.Rollback(ctx)
+}
 
 func (a *attempt) Exec(ctx context.Context, query string) error {
 	_, err := a.tx.Exec(ctx, query)
@@ -124,8 +157,6 @@ func (a *attempt) QueryString(ctx context.Context, query string) (string, bool, 
 	}
 	return *s, true, nil
 }
-
-func (a *attempt) Handle() any { return &recTx{Tx: a.tx, rec: a.rec, outer: true} }
 
 // recorder keeps the first server-reported error of an attempt.
 type recorder struct {
