@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/examples/internal/dbconn"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the command line's.
+type options struct {
+	db         string
+	verify     Verify
+	namespace  string
+	balance    int64
+	amount     int64
+	concurrent int
+	timeout    time.Duration
+}
+
+// parseFlags parses the command line.
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	var verify string
+	fs := flag.NewFlagSet("payment", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.db, "db", "all", "databases to run on: all, postgres or mysql")
+	fs.StringVar(&verify, "verify", "key", "verification of uncertain commits: key (WithVerify probing the idempotency key) or builtin (WithXactStatusVerification / WithCommitMarker)")
+	fs.StringVar(&o.namespace, "namespace", "txretry_demo", "schema (PostgreSQL) or database (MySQL) for the tables")
+	fs.Int64Var(&o.balance, "balance", 1000, "opening balance of the account")
+	fs.Int64Var(&o.amount, "amount", 250, "amount of each payment")
+	fs.IntVar(&o.concurrent, "concurrent", 8, "concurrent calls with one key")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound of the whole run, containers excepted")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	o.verify = Verify(verify)
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	case o.verify != VerifyKey && o.verify != VerifyBuiltin:
+		return o, fmt.Errorf("-verify %q: want key or builtin", verify)
+	case o.amount < 1 || o.balance < 2*o.amount || o.concurrent < 1 || o.timeout <= 0:
+		return o, errors.New("-amount, -concurrent and -timeout must be positive, and -balance at least twice -amount")
+	}
+	if _, err := enginesFor(o.db); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// enginesFor maps the -db flag to engines.
+func enginesFor(db string) ([]dbconn.Engine, error) {
+	switch db {
+	case "all":
+		return []dbconn.Engine{dbconn.Postgres, dbconn.MySQL}, nil
+	case "postgres":
+		return []dbconn.Engine{dbconn.Postgres}, nil
+	case "mysql":
+		return []dbconn.Engine{dbconn.MySQL}, nil
+	default:
+		return nil, fmt.Errorf("-db %q: want all, postgres or mysql", db)
+	}
+}
+
+// run is the program; it returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "payment:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	engines, _ := enginesFor(o.db)
+	servers, findErr := dbconn.FindAll(ctx, engines...)
+	defer func() {
+		for _, s := range servers {
+			if err := s.Close(); err != nil {
+				fmt.Fprintf(stderr, "payment: terminate %s: %v\n", s, err)
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	ok := true
+	if findErr != nil {
+		fmt.Fprintf(stdout, "%v\n\n", findErr)
+		for _, err := range findErr.(interface{ Unwrap() []error }).Unwrap() {
+			if ue, _ := errors.AsType[*dbconn.UnavailableError](err); ue == nil || ue.Configured {
+				ok = false
+			}
+		}
+	}
+	if len(servers) == 0 {
+		fmt.Fprintln(stdout, "FAIL: no database reachable")
+		return 1
+	}
+	for _, srv := range servers {
+		if err := demo(ctx, srv, o, stdout); err != nil {
+			fmt.Fprintf(stdout, "  FAIL: %v\n\n", err)
+			ok = false
+		}
+	}
+	if !ok {
+		return 1
+	}
+	fmt.Fprintln(stdout, "ok")
+	return 0
+}
+
+// attemptCounter counts the attempts of the calls it observes.
+type attemptCounter struct{ n atomic.Int64 }
+
+// Observe implements txretry.Observer.
+func (c *attemptCounter) Observe(_ context.Context, e txretry.Event) {
+	if e.Kind == txretry.AttemptStarted {
+		c.n.Add(1)
+	}
+}
+
+// demo runs the payment demo on one server and prints what happens.
+func demo(ctx context.Context, srv *dbconn.Server, o options, w io.Writer) error {
+	ns, err := srv.Namespace(ctx, o.namespace)
+	if err != nil {
+		return err
+	}
+	db, err := sql.Open(srv.Engine.Driver(), ns.DSN)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(o.concurrent + 2)
+	p := NewPayments(db, ns, o.verify)
+	attempts := &attemptCounter{}
+	p.observer = attempts
+	if err := p.Setup(ctx, o.balance); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s, %s\n", srv, ns.Where)
+	fmt.Fprintf(w, "  verifier of uncertain commits: %s\n", p.VerifierName())
+
+	// 1. A payment, then the same payment again, as a client would send it
+	// after a timeout: the key is made once, before the first call.
+	key := NewKey()
+	fmt.Fprintf(w, "  key %s generated before the retry loop\n", key)
+	first, made, err := p.Pay(ctx, key, 1, o.amount)
+	if err != nil {
+		return fmt.Errorf("first call: %w", err)
+	}
+	fmt.Fprintf(w, "  call 1: new=%v, paid %d from account 1, balance %d → %d (%d attempt(s))\n",
+		made, first.Amount, o.balance, first.BalanceAfter, attempts.n.Swap(0))
+	if !made {
+		return errors.New("first call did not make the payment")
+	}
+	again, made, err := p.Pay(ctx, key, 1, o.amount)
+	if err != nil {
+		return fmt.Errorf("second call: %w", err)
+	}
+	fmt.Fprintf(w, "  call 2, same key: new=%v, returned the earlier receipt (balance after %d), no second debit (%d attempt(s))\n",
+		made, again.BalanceAfter, attempts.n.Swap(0))
+	if made || again != first {
+		return fmt.Errorf("second call returned %+v (new=%v), want the first receipt %+v", again, made, first)
+	}
+	if _, _, err := p.Pay(ctx, key, 1, o.amount+1); !errors.Is(err, ErrKeyReused) {
+		return fmt.Errorf("same key, other amount: error %v, want ErrKeyReused", err)
+	}
+	fmt.Fprintf(w, "  call 3, same key, amount %d: refused (%v)\n", o.amount+1, ErrKeyReused)
+	attempts.n.Store(0)
+
+	// 2. Concurrent calls with one new key: one makes the payment, the
+	// others wait on the key and return its receipt.
+	key2 := NewKey()
+	receipts := make([]Receipt, o.concurrent)
+	news := make([]bool, o.concurrent)
+	errs := make([]error, o.concurrent)
+	var wg sync.WaitGroup
+	for i := range o.concurrent {
+		wg.Go(func() { receipts[i], news[i], errs[i] = p.Pay(ctx, key2, 1, o.amount) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("concurrent calls: %w", err)
+	}
+	made2 := 0
+	for i := range o.concurrent {
+		if news[i] {
+			made2++
+		}
+		if receipts[i] != receipts[0] {
+			return fmt.Errorf("concurrent calls returned different receipts: %+v and %+v", receipts[0], receipts[i])
+		}
+	}
+	fmt.Fprintf(w, "  %d concurrent calls, one new key: %d made the payment, %d returned its receipt (balance after %d); %d attempts\n",
+		o.concurrent, made2, o.concurrent-made2, receipts[0].BalanceAfter, attempts.n.Swap(0))
+	if made2 != 1 {
+		return fmt.Errorf("%d concurrent calls made the payment, want 1", made2)
+	}
+
+	// 3. The key probe, called directly as txretry would call it after a
+	// lost COMMIT.
+	fmt.Fprintln(w, "  key probe (the WithVerify callback), called directly as after a lost COMMIT:")
+	verified, err := p.Verifier(key, 1, o.amount)(ctx)
+	if err != nil {
+		return fmt.Errorf("verify completed payment: %w", err)
+	}
+	fmt.Fprintf(w, "    key of a completed payment: committed=%v\n", verified)
+	never, err := p.Verifier(NewKey(), 1, o.amount)(ctx)
+	if err != nil {
+		return fmt.Errorf("verify unknown key: %w", err)
+	}
+	fmt.Fprintf(w, "    key never written:          committed=%v\n", never)
+	if !verified || never {
+		return errors.New("the verifier answered wrongly")
+	}
+
+	// 4. Why a probe and not a read: a transaction that still holds the key
+	// (as a lost one may, until the server notices the broken connection)
+	// is invisible to a read, while the probe waits for it to end.
+	if err := heldKey(ctx, p, o.amount, w); err != nil {
+		return err
+	}
+
+	// 5. The account was debited once per key.
+	balance, err := p.Balance(ctx, 1)
+	if err != nil {
+		return err
+	}
+	want := o.balance - 2*o.amount
+	fmt.Fprintf(w, "  check: balance %d = %d - 2×%d (two keys, each paid once)\n\n", balance, o.balance, o.amount)
+	if balance != want {
+		return fmt.Errorf("balance %d, want %d", balance, want)
+	}
+	return nil
+}
+
+// probeWait is how long the demo lets the probe wait for a transaction that
+// holds the key.
+const probeWait = 300 * time.Millisecond
+
+// heldKey shows the probe waiting for an open transaction that holds a key,
+// where a plain read answers "no payment" too early.
+func heldKey(ctx context.Context, p *Payments, amount int64, w io.Writer) (err error) {
+	key := NewKey()
+	holder, err := p.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if rbErr := holder.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
+			err = errors.Join(err, rbErr)
+		}
+	}()
+	// Only the key, no debit: the holder stands for the part of a lost
+	// transaction that matters here.
+	if _, err := holder.ExecContext(ctx, p.q.insert, key, 1, amount); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "    key held by a transaction still open (as a lost one may be):")
+	_, lookupErr := p.Lookup(ctx, key)
+	fmt.Fprintf(w, "      plain SELECT: %v (it would answer committed=false too early)\n", lookupErr)
+	if !errors.Is(lookupErr, ErrNoSuchPayment) {
+		return fmt.Errorf("plain read of a held key: %v, want ErrNoSuchPayment", lookupErr)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, probeWait)
+	start := time.Now()
+	_, probeErr := p.Verifier(key, 1, amount)(waitCtx)
+	cancel()
+	fmt.Fprintf(w, "      key probe: no answer after %v, it waits (txretry would try again until its verify timeout)\n",
+		time.Since(start).Round(10*time.Millisecond))
+	if probeErr == nil {
+		return errors.New("the probe answered while the key was held")
+	}
+	if err := holder.Commit(); err != nil {
+		return err
+	}
+	committed, err := p.Verifier(key, 1, amount)(ctx)
+	if err != nil {
+		return fmt.Errorf("probe after the holder committed: %w", err)
+	}
+	fmt.Fprintf(w, "      after that transaction commits, key probe: committed=%v\n", committed)
+	if !committed {
+		return errors.New("the probe missed a committed key")
+	}
+	return nil
+}

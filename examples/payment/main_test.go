@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/examples/internal/dbconntest"
+)
+
+func TestMain(m *testing.M) { dbconntest.Main(m) }
+
+// engines are the engines every test runs on, when reachable.
+var engines = []dbconn.Engine{dbconn.Postgres, dbconn.MySQL}
+
+// modes are the verification modes.
+var modes = []Verify{VerifyKey, VerifyBuiltin}
+
+// newPayments returns payments over db in a fresh namespace, with account 1
+// opened with balance 1000.
+func newPayments(t *testing.T, db *sql.DB, ns dbconn.Namespace, mode Verify) *Payments {
+	t.Helper()
+	p := NewPayments(db, ns, mode)
+	if err := p.Setup(context.Background(), 1000); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// openDB opens the namespace with the engine's registered driver.
+func openDB(t *testing.T, ns dbconn.Namespace) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(ns.Engine.Driver(), ns.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// TestDemo runs the program's demo, which checks itself, on every server in
+// both verification modes.
+func TestDemo(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.String(), func(t *testing.T) {
+			srv := dbconntest.Server(t, e)
+			dbconntest.Namespace(t, srv, "txretry_test_payment_demo")
+			for _, mode := range modes {
+				t.Run(string(mode), func(t *testing.T) {
+					o, err := parseFlags([]string{"-namespace", "txretry_test_payment_demo", "-verify", string(mode)}, &bytes.Buffer{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					var out bytes.Buffer
+					err = demo(ctx, srv, o, &out)
+					t.Log("\n" + out.String())
+					if err != nil {
+						t.Fatal(err)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestPayIsIdempotent asserts that the same key returns the same receipt
+// and debits once, also under concurrency.
+func TestPayIsIdempotent(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.String(), func(t *testing.T) {
+			srv := dbconntest.Server(t, e)
+			ns := dbconntest.Namespace(t, srv, "txretry_test_payment_idem")
+			p := newPayments(t, openDB(t, ns), ns, VerifyKey)
+			ctx := context.Background()
+
+			key := NewKey()
+			first, made1, err1 := p.Pay(ctx, key, 1, 100)
+			second, made2, err2 := p.Pay(ctx, key, 1, 100)
+			if err := errors.Join(err1, err2); err != nil {
+				t.Fatal(err)
+			}
+			want := Receipt{Key: key, Account: 1, Amount: 100, BalanceAfter: 900}
+			if first != want || second != want || !made1 || made2 {
+				t.Errorf("calls returned %+v (new=%v) and %+v (new=%v), want %+v twice, new only the first time",
+					first, made1, second, made2, want)
+			}
+
+			if _, _, err := p.Pay(ctx, key, 1, 101); !errors.Is(err, ErrKeyReused) {
+				t.Errorf("same key, other amount: error %v, want ErrKeyReused", err)
+			}
+			if _, _, err := p.Pay(ctx, NewKey(), 1, 5000); !errors.Is(err, ErrInsufficientFunds) {
+				t.Errorf("too large a payment: error %v, want ErrInsufficientFunds", err)
+			}
+
+			key2 := NewKey()
+			const n = 6
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			made := 0
+			for range n {
+				wg.Go(func() {
+					r, m, err := p.Pay(ctx, key2, 1, 100)
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil || r.BalanceAfter != 800 {
+						t.Errorf("concurrent call: %+v, %v; want balance after 800", r, err)
+					}
+					if m {
+						made++
+					}
+				})
+			}
+			wg.Wait()
+			if made != 1 {
+				t.Errorf("%d of %d concurrent calls made the payment, want 1", made, n)
+			}
+			if b, err := p.Balance(ctx, 1); err != nil || b != 800 {
+				t.Errorf("balance = %d, %v; want 800", b, err)
+			}
+		})
+	}
+}
+
+// TestVerifier asserts the key probe's three answers.
+func TestVerifier(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.String(), func(t *testing.T) {
+			srv := dbconntest.Server(t, e)
+			ns := dbconntest.Namespace(t, srv, "txretry_test_payment_verify")
+			p := newPayments(t, openDB(t, ns), ns, VerifyKey)
+			ctx := context.Background()
+
+			key := NewKey()
+			if _, _, err := p.Pay(ctx, key, 1, 10); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := p.Verifier(key, 1, 10)(ctx); !ok || err != nil {
+				t.Errorf("probe of a paid key = %v, %v; want true", ok, err)
+			}
+			if ok, err := p.Verifier(NewKey(), 1, 10)(ctx); ok || err != nil {
+				t.Errorf("probe of an unknown key = %v, %v; want false", ok, err)
+			}
+			// The probe left nothing behind.
+			if b, err := p.Balance(ctx, 1); err != nil || b != 990 {
+				t.Errorf("balance = %d, %v; want 990", b, err)
+			}
+			var out strings.Builder
+			if err := heldKey(ctx, p, 10, &out); err != nil {
+				t.Errorf("held key: %v\n%s", err, out.String())
+			}
+		})
+	}
+}
