@@ -7,34 +7,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txretry/txretry/internal/core"
 	"github.com/txretry/txretry/internal/fakedb"
 )
 
-func countManagers() int {
-	n := 0
-	managers.Range(func(any, any) bool { n++; return true })
-	return n
-}
-
 // The default per-handle manager goes away with its handle.
 func TestDefaultManagerIsDroppedWithItsHandle(t *testing.T) {
-	before := countManagers()
+	var key any
 	func() {
 		db := (&fakedb.Driver{}).DB()
 		defer db.Close()
-		if err := RunInTx(context.Background(), db, func(context.Context, *sql.Tx) error { return nil }); err != nil {
-			t.Fatal(err)
+		key = core.WeakKey(db)
+		for range 2 {
+			if err := RunInTx(context.Background(), db, func(context.Context, *sql.Tx) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err := RunInTx(context.Background(), db, func(context.Context, *sql.Tx) error { return nil }); err != nil {
-			t.Fatal(err)
-		}
-		if got := countManagers(); got != before+1 {
-			t.Fatalf("%d managers, want %d: one per handle", got, before+1)
+		m, ok := managers.Load(key)
+		if !ok || m != defaultManager(&sqlAdapter{db: db}) {
+			t.Fatal("the handle has no default manager, or a new one per call")
 		}
 	}()
-	for deadline := time.Now().Add(10 * time.Second); countManagers() != before; {
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, ok := managers.Load(key); !ok {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d managers left after the handle was collected, want %d", countManagers(), before)
+			t.Fatal("the manager outlived its collected handle")
 		}
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)

@@ -99,6 +99,7 @@ type runner struct {
 	parent *txCtxVal
 	start  time.Time
 	waited time.Duration
+	queued time.Duration // waiting for the contention manager's admission
 	val    txCtxVal // the running attempt, as fn's context carries it
 }
 
@@ -127,10 +128,15 @@ func (r *runner) run(ctx context.Context) (err error) {
 		attempt int
 		outcome = Panicked
 	)
-	if cfg.observer != nil {
+	if len(cfg.observers) > 0 {
+		for _, o := range cfg.observers {
+			if cs, ok := o.(CallStarter); ok {
+				ctx = cs.StartCall(ctx, cfg.label)
+			}
+		}
 		defer func() {
-			cfg.observer.Observe(ctx, Event{Kind: CallFinished, Label: cfg.label, Outcome: outcome, Attempts: attempt,
-				Duration: cfg.clock.Now().Sub(r.start), Waited: r.waited})
+			r.observe(ctx, Event{Kind: CallFinished, Label: cfg.label, Outcome: outcome, Attempts: attempt,
+				Duration: cfg.clock.Now().Sub(r.start), Waited: r.waited, Queued: r.queued})
 		}()
 	}
 	for attempt = 1; ; attempt++ {
@@ -142,8 +148,13 @@ func (r *runner) run(ctx context.Context) (err error) {
 			}
 			return &RetryError{Attempts: attempt, Reason: "context", Cause: cerr, Err: last}
 		}
+		var queued time.Duration
 		if r.cm != nil {
-			if aerr := r.admit(ctx, deadline); aerr != nil {
+			q0 := cfg.clock.Now()
+			aerr := r.admit(ctx, deadline)
+			queued = cfg.clock.Now().Sub(q0)
+			r.queued += queued
+			if aerr != nil {
 				attempt--
 				if ctx.Err() == nil { // the deadline or budget passed in the queue
 					outcome = Exhausted
@@ -159,8 +170,8 @@ func (r *runner) run(ctx context.Context) (err error) {
 		if attempt == 1 && cfg.budgetShared != nil {
 			cfg.budgetShared.deposit()
 		}
-		if cfg.observer != nil {
-			cfg.observer.Observe(ctx, Event{Kind: AttemptStarted, Label: cfg.label, Attempt: attempt})
+		if len(cfg.observers) > 0 {
+			r.observe(ctx, Event{Kind: AttemptStarted, Label: cfg.label, Attempt: attempt, Queued: queued})
 		}
 		t0 := cfg.clock.Now()
 		res := r.attempt(ctx, attempt)
@@ -214,8 +225,8 @@ func (r *runner) run(ctx context.Context) (err error) {
 			outcome = Exhausted
 			return &RetryError{Attempts: attempt, Reason: "retry budget", Cause: ErrRetriesExhausted, Err: last}
 		}
-		if cfg.observer != nil {
-			cfg.observer.Observe(ctx, Event{Kind: RetryScheduled, Label: cfg.label, Attempt: attempt, Delay: delay})
+		if len(cfg.observers) > 0 {
+			r.observe(ctx, Event{Kind: RetryScheduled, Label: cfg.label, Attempt: attempt, Delay: delay})
 		}
 		if werr := r.wait(ctx, delay); werr != nil {
 			outcome = Cancelled
@@ -225,7 +236,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 }
 
 func (r *runner) observeFailure(ctx context.Context, attempt int, res result, dur time.Duration) {
-	if r.cfg.observer == nil {
+	if len(r.cfg.observers) == 0 {
 		return
 	}
 	class := Permanent
@@ -235,8 +246,15 @@ func (r *runner) observeFailure(ctx context.Context, attempt int, res result, du
 	case resUncertain:
 		class = Uncertain
 	}
-	r.cfg.observer.Observe(ctx, Event{Kind: AttemptFailed, Label: r.cfg.label, Attempt: attempt, Class: class,
+	r.observe(ctx, Event{Kind: AttemptFailed, Label: r.cfg.label, Attempt: attempt, Class: class,
 		Code: errCode(res.err), ErrType: errType(res.err), Duration: dur})
+}
+
+// observe hands e to every observer of the call.
+func (r *runner) observe(ctx context.Context, e Event) {
+	for _, o := range r.cfg.observers {
+		o.Observe(ctx, e)
+	}
 }
 
 // deadline is the earlier of the context's deadline and the time budget.

@@ -23,16 +23,27 @@ type ObserverFunc func(ctx context.Context, e Event)
 // Observe calls f.
 func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 
-// WithObserver sets an observer for the call's events. Default: none, and a
-// call without an observer does no work for events.
+// WithObserver adds an observer of the call's events; every observer added
+// gets every event, in the order they were added. Default: none, and a call
+// without an observer does no work for events.
 func WithObserver(o Observer) Option {
 	return func(c *config) {
 		if o == nil {
 			c.fail("WithObserver(nil)")
 			return
 		}
-		c.observer = o
+		c.observers = append(c.observers[:len(c.observers):len(c.observers)], o)
 	}
+}
+
+// CallStarter is an optional interface of an Observer. StartCall is called
+// once per call, before the first attempt, with the caller's context and the
+// call's label; the context it returns is the one every event of the call is
+// observed with and the parent of the context fn receives. A tracing adapter
+// starts its span there, so that the statements fn runs become its children,
+// and ends it at CallFinished.
+type CallStarter interface {
+	StartCall(ctx context.Context, label string) context.Context
 }
 
 // EventKind says what an Event reports.
@@ -156,8 +167,13 @@ type Event struct {
 	Attempts int
 	// Duration of the attempt (AttemptFailed) or of the whole call (CallFinished).
 	Duration time.Duration
-	// Waited is the total time spent waiting between attempts (CallFinished).
+	// Waited is the total time spent in backoff waits between attempts
+	// (CallFinished).
 	Waited time.Duration
+	// Queued is the time spent waiting for the contention manager's
+	// admission: before this attempt (AttemptStarted), or in all
+	// (CallFinished).
+	Queued time.Duration
 }
 
 // errCode is the SQLSTATE or MySQL error number of err, or "".

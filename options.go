@@ -39,7 +39,7 @@ type config struct {
 	clock          Clock
 	rand           func() float64
 	verifier       verifier
-	observer       Observer
+	observers      []Observer
 	label          string
 	cm             *ContentionManager
 	cmSet          bool // cm was chosen by an option (nil: off)

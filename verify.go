@@ -247,20 +247,20 @@ func (r *runner) verify(ctx context.Context, state string, deadline time.Time) (
 		defer c2()
 	}
 	defer func() {
-		if cfg.observer != nil {
+		if len(cfg.observers) > 0 {
 			res := Unresolved
 			if err == nil && committed {
 				res = VerifiedCommitted
 			} else if err == nil {
 				res = VerifiedNotCommitted
 			}
-			cfg.observer.Observe(ctx, Event{Kind: CommitVerified, Label: cfg.label, Verifier: cfg.verifier.name(),
+			r.observe(ctx, Event{Kind: CommitVerified, Label: cfg.label, Verifier: cfg.verifier.name(),
 				Verification: res, Code: errCode(err), ErrType: errType(err)})
 		}
 	}()
 	for try := 1; ; try++ {
 		committed, err = cfg.verifier.verify(vctx, r.a.Begin, state)
-		if err == nil || errors.Is(err, errUnresolvable) {
+		if err == nil || errors.Is(err, errUnresolvable) || vctx.Err() != nil {
 			return committed, err
 		}
 		delay := max(cfg.backoff.Delay(try, cfg.rand()), 0)
