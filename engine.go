@@ -100,7 +100,7 @@ type runner struct {
 	start  time.Time
 	waited time.Duration
 	queued time.Duration // waiting for the contention manager's admission
-	val    txCtxVal // the running attempt, as fn's context carries it
+	val    txCtxVal      // the running attempt, as fn's context carries it
 }
 
 type resultKind uint8
