@@ -1,0 +1,18 @@
+// Package scenarios is txretry's real-database test suite: every scenario
+// (write skew, deadlocks, serialization failures at COMMIT, permanent errors,
+// cancellation, panics, exhaustion, swallowed errors, nested calls,
+// concurrent bank transfers, a backend killed mid-transaction, transaction
+// options) runs against real servers for each driver path:
+//
+//   - pgx-native: pgxretry.RunInTx over a *pgxpool.Pool;
+//   - pgx-stdlib: txretry.RunInTx over a *sql.DB opened with pgx's stdlib;
+//   - mysql: txretry.RunInTx over a *sql.DB of go-sql-driver/mysql, against
+//     MySQL or MariaDB.
+//
+// Each scenario is written once over a small per-path interface (driverPath
+// and querier in the tests) and runs as one subtest per path. Servers come
+// from package dbtest: set TXRETRY_PG_DSN and TXRETRY_MYSQL_DSN, or let it
+// start containers.
+//
+// The package holds tests only.
+package scenarios
