@@ -14,7 +14,7 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
-require github.com/cenkalti/backoff/v5 v5.0.3 // indirect
+require github.com/cenkalti/backoff/v5 v5.0.3
 
 require (
 	dario.cat/mergo v1.0.2 // indirect

@@ -1,0 +1,107 @@
+// Command txbench measures retry policies under contention: a closed loop of
+// workers runs SERIALIZABLE transactions against PostgreSQL and MySQL/MariaDB,
+// each call under its own deadline, and reports per retry policy ("runner"),
+// side by side, how many calls committed within their deadline, how many
+// failed and why, how much work each commit cost and how long calls took.
+// After every run it checks the database against what the callers were told.
+//
+// Usage (from the integration module):
+//
+//	TXRETRY_PG_DSN='postgres://postgres@127.0.0.1:5432/test?sslmode=disable' \
+//	TXRETRY_MYSQL_DSN='root@tcp(127.0.0.1:3306)/test' \
+//	go run ./txbench -workload hot -duration 10s -repeat 3
+//
+// # Workloads
+//
+// All transactions are SERIALIZABLE. Each workload has its own tables
+// (prefix txbench_), dropped and recreated before every run, so that every run
+// starts from the same state.
+//
+//   - hot: one hot row; each call reads its counter, writes the value read plus
+//     one, and logs its call id in the same transaction.
+//   - transfer10: transfers between 10 accounts; each call reads both
+//     balances, writes both and logs the transfer.
+//   - transfer10k: the same over 10,000 accounts (low contention).
+//
+// The random choices of every worker (accounts, amounts) are generated before
+// the run, identically for every runner of the same repeat.
+//
+// # Runners
+//
+//   - txretry: txretry with its defaults (only WithIsolation), which include
+//     a contention manager per database handle.
+//   - txretry-nocm: the defaults without the contention manager
+//     (WithoutContentionManager): backoff alone.
+//   - txretry-budget: the defaults plus a retry budget per run
+//     (NewRetryBudget(0.2, 10, nil), Finagle's defaults).
+//   - once: one attempt, no retry (BEGIN, body, COMMIT).
+//   - immediate: retry at once, up to 10 attempts (hand-written loop).
+//   - fixed10ms: wait 10 ms between attempts, up to 10 attempts.
+//   - jitter: full jitter from 2 ms capped at 200 ms, up to 10 attempts.
+//   - cenkalti: github.com/cenkalti/backoff/v5 Retry with its defaults,
+//     retrying only serialization failures and deadlocks.
+//   - serial: one worker with txretry's defaults: the serial limit.
+//
+// Peer runners use the driver directly (pgxpool for pgx, database/sql
+// otherwise) and classify errors with packages pgerr and mysqlerr.
+//
+// # Drivers
+//
+// pgx (native, pgxpool), mysql (database/sql with go-sql-driver/mysql) and
+// pgxstdlib (database/sql with pgx's stdlib driver). The DSNs come from
+// TXRETRY_PG_DSN and TXRETRY_MYSQL_DSN; -pg-dsn and -mysql-dsn override them.
+// The MySQL DSN gets interpolateParams=true unless it sets it, to spare the
+// prepare round trips on a machine whose CPU the servers share.
+//
+// # Method
+//
+// Runs are interleaved: for each workload and driver, every repeat runs every
+// runner once, starting each repeat at the next runner (round robin), so that
+// drifts of the machine spread over all runners. Each run opens its own pool
+// (warmed up to one connection per worker) and closes it afterwards, so that
+// no per-handle state survives between runs. Reported values are medians over
+// the repeats; the ratio column is the median of the per-repeat ratios of
+// goodput to the reference runner's (txretry's, when it runs).
+//
+// # Measures
+//
+//   - goodput: calls that committed within their deadline and within the run,
+//     per second of run.
+//   - fail%: calls that did not commit, over all calls, broken down into
+//     exhausted (the policy's attempt limit or budget), deadline (the deadline
+//     cut the call or the policy gave up for it), uncertain (a COMMIT whose
+//     outcome is unknown) and other errors. late% counts calls that committed
+//     after their deadline (txretry commits even if the deadline passes during
+//     COMMIT).
+//   - att/commit: attempts of all calls per committed call.
+//   - p50, p99, p99.9: latency of all calls, failed ones included; a call still
+//     running when the run ends counts with the time it had run until then.
+//   - failed attempts by code: SQLSTATE or MySQL error number of the failed
+//     attempts per run ("none" for errors without one, such as a deadline),
+//     counted by an observer for txretry runners and by the loop for peers.
+//   - check: the database after the run against what the callers were told.
+//     Every committed call logged its id in the same transaction: every call
+//     reported committed must be in the log, and every logged call must have
+//     been reported committed or uncertain. hot: the counter equals the number
+//     of logged calls. transfers: the sum of balances is unchanged, and every
+//     balance equals its initial value plus the logged transfers, whose
+//     accounts and amounts match the calls that made them.
+//
+// # Flags
+//
+//	-workers n        concurrent workers (default 32; serial always uses 1)
+//	-duration d       length of one run (default 10s)
+//	-deadline d       deadline of one call (default 1s)
+//	-repeat n         runs per runner (default 3)
+//	-workload list    comma list of hot, transfer10, transfer10k (default all)
+//	-runners list     comma list of runners (default all)
+//	-driver list      comma list of pgx, mysql, pgxstdlib (default pgx,mysql)
+//	-pg-dsn, -mysql-dsn  override TXRETRY_PG_DSN, TXRETRY_MYSQL_DSN
+//	-format f         table (default) or tsv, on standard output
+//	-tsv file         also write the TSV (every run and the medians) to file
+//	-seed n           seed of the workers' random choices (default 1)
+//	-q                no progress lines on standard error
+//
+// The exit status is 1 when a run failed or a consistency check failed, and 2
+// for bad flags.
+package main

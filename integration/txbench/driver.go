@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+
+	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/mysqlerr"
+	"github.com/txretry/txretry/pgerr"
+	"github.com/txretry/txretry/pgxretry"
+)
+
+// dialect is the SQL flavour of a driver.
+type dialect uint8
+
+const (
+	dialectPG dialect = iota
+	dialectMySQL
+)
+
+// phase is the step of an attempt that failed.
+type phase uint8
+
+const (
+	phaseBegin phase = iota
+	phaseBody
+	phaseCommit
+)
+
+// rollbackTimeout bounds the ROLLBACK of a peer's failed attempt, which runs
+// without the caller's deadline so that a late rollback does not cost a
+// connection.
+const rollbackTimeout = 5 * time.Second
+
+// querier is what a workload's transaction body needs from a transaction.
+type querier interface {
+	// queryInt returns the single int64 column of the single row of q.
+	queryInt(ctx context.Context, q string, args ...any) (int64, error)
+	exec(ctx context.Context, q string, args ...any) error
+}
+
+// txBody is the body of one call's transaction.
+type txBody func(ctx context.Context, q querier) error
+
+// conn is one run's connection pool on one driver.
+type conn interface {
+	// exec runs q outside any transaction (DDL, seeding).
+	exec(ctx context.Context, q string) error
+	// queryInts returns the rows of q, whose ncol columns are integers,
+	// flattened row by row.
+	queryInts(ctx context.Context, q string, ncol int) ([]int64, error)
+	// runTxretry runs body with txretry (RunInTx or pgxretry.RunInTx).
+	runTxretry(ctx context.Context, body txBody, opts []txretry.Option) error
+	// attempt runs one SERIALIZABLE transaction: BEGIN, body, COMMIT
+	// (ROLLBACK if body failed), as a peer's hand-written loop would,
+	// and returns the phase that failed.
+	attempt(ctx context.Context, body txBody) (phase, error)
+	// retryable reports a serialization failure or deadlock (pgerr or
+	// mysqlerr IsRetryable).
+	retryable(err error) bool
+	// code returns the SQLSTATE or error number of err, or "none".
+	code(err error) string
+	// notCommitted reports whether a COMMIT error proves that the
+	// transaction did not commit (the server answered, or nothing was sent).
+	notCommitted(err error) bool
+	close()
+}
+
+// driverSpec is a driver selectable with -driver.
+type driverSpec struct {
+	name    string
+	dialect dialect
+	open    func(ctx context.Context, dsn string, conns int) (conn, error)
+}
+
+var allDrivers = []driverSpec{
+	{name: "pgx", dialect: dialectPG, open: openPgx},
+	{name: "mysql", dialect: dialectMySQL, open: openMySQL},
+	{name: "pgxstdlib", dialect: dialectPG, open: openPgxStdlib},
+}
+
+// --- pgx native ---
+
+type pgxConn struct{ pool *pgxpool.Pool }
+
+func openPgx(ctx context.Context, dsn string, conns int) (conn, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse PostgreSQL DSN: %w", err)
+	}
+	cfg.MaxConns = int32(min(conns, 1<<20))
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pgx pool: %w", err)
+	}
+	// Warm up: one open connection per worker before the run starts.
+	held := make([]*pgxpool.Conn, 0, conns)
+	defer func() {
+		for _, c := range held {
+			c.Release()
+		}
+	}()
+	for range conns {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+		}
+		held = append(held, c)
+	}
+	return &pgxConn{pool: pool}, nil
+}
+
+func (c *pgxConn) exec(ctx context.Context, q string) error {
+	_, err := c.pool.Exec(ctx, q)
+	return err
+}
+
+func (c *pgxConn) queryInts(ctx context.Context, q string, ncol int) ([]int64, error) {
+	rows, err := c.pool.Query(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return scanInts(rows, ncol)
+}
+
+func (c *pgxConn) runTxretry(ctx context.Context, body txBody, opts []txretry.Option) error {
+	return pgxretry.RunInTx(ctx, c.pool, func(ctx context.Context, tx pgx.Tx) error {
+		return body(ctx, pgxTx{tx})
+	}, opts...)
+}
+
+func (c *pgxConn) attempt(ctx context.Context, body txBody) (phase, error) {
+	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+	if err != nil {
+		return phaseBegin, err
+	}
+	if err := body(ctx, pgxTx{tx}); err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		_ = tx.Rollback(rctx) // the attempt already failed; a failed rollback closes the connection
+		cancel()
+		return phaseBody, err
+	}
+	return phaseCommit, tx.Commit(ctx)
+}
+
+func (c *pgxConn) retryable(err error) bool    { return pgerr.IsRetryable(err) }
+func (c *pgxConn) code(err error) string       { return pgCode(err) }
+func (c *pgxConn) notCommitted(err error) bool { return pgNotCommitted(err) }
+func (c *pgxConn) close()                      { c.pool.Close() }
+
+type pgxTx struct{ tx pgx.Tx }
+
+func (t pgxTx) queryInt(ctx context.Context, q string, args ...any) (int64, error) {
+	var v int64
+	err := t.tx.QueryRow(ctx, q, args...).Scan(&v)
+	return v, err
+}
+
+func (t pgxTx) exec(ctx context.Context, q string, args ...any) error {
+	_, err := t.tx.Exec(ctx, q, args...)
+	return err
+}
+
+// scanner is what scanInts needs from pgx.Rows and *sql.Rows.
+type scanner interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+func scanInts(rows scanner, ncol int) ([]int64, error) {
+	var out []int64
+	row := make([]int64, ncol)
+	dest := make([]any, ncol)
+	for i := range row {
+		dest[i] = &row[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		out = append(out, row...)
+	}
+	return out, rows.Err()
+}
+
+func pgCode(err error) string {
+	if s := pgerr.SQLState(err); s != "" {
+		return s
+	}
+	return "none"
+}
+
+// pgNotCommitted: the server answered COMMIT with an error that is not one of
+// the "outcome unknown" codes, or answered with ROLLBACK, or nothing was sent.
+func pgNotCommitted(err error) bool {
+	if pgerr.SQLState(err) != "" {
+		return !pgerr.IsAmbiguousCommit(err) && !pgerr.Has(err, "57014", "57P01", "57P02", "57P03") &&
+			pgerr.SQLState(err)[:2] != "08"
+	}
+	return errors.Is(err, pgx.ErrTxCommitRollback) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, sql.ErrTxDone) || errors.Is(err, driver.ErrBadConn)
+}
+
+// --- database/sql (go-sql-driver/mysql, pgx stdlib) ---
+
+type sqlConn struct {
+	db      *sql.DB
+	dialect dialect
+}
+
+func openMySQL(ctx context.Context, dsn string, conns int) (conn, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse MySQL DSN: %w", err)
+	}
+	if _, set := cfg.Params["interpolateParams"]; !set {
+		cfg.InterpolateParams = true
+	}
+	return openSQL(ctx, "mysql", cfg.FormatDSN(), dialectMySQL, conns)
+}
+
+func openPgxStdlib(ctx context.Context, dsn string, conns int) (conn, error) {
+	return openSQL(ctx, "pgx", dsn, dialectPG, conns)
+}
+
+func openSQL(ctx context.Context, driverName, dsn string, d dialect, conns int) (conn, error) {
+	db, err := sql.Open(driverName, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", driverName, err)
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	held := make([]*sql.Conn, 0, conns)
+	defer func() {
+		for _, c := range held {
+			_ = c.Close() // returns the connection to the pool
+		}
+	}()
+	for range conns {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("connect with %s: %w", driverName, err)
+		}
+		held = append(held, c)
+	}
+	return &sqlConn{db: db, dialect: d}, nil
+}
+
+func (c *sqlConn) exec(ctx context.Context, q string) error {
+	_, err := c.db.ExecContext(ctx, q)
+	return err
+}
+
+func (c *sqlConn) queryInts(ctx context.Context, q string, ncol int) ([]int64, error) {
+	rows, err := c.db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return scanInts(rows, ncol)
+}
+
+func (c *sqlConn) runTxretry(ctx context.Context, body txBody, opts []txretry.Option) error {
+	return txretry.RunInTx(ctx, c.db, func(ctx context.Context, tx *sql.Tx) error {
+		return body(ctx, sqlTx{tx})
+	}, opts...)
+}
+
+func (c *sqlConn) attempt(ctx context.Context, body txBody) (phase, error) {
+	tx, err := c.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
+	if err != nil {
+		return phaseBegin, err
+	}
+	if err := body(ctx, sqlTx{tx}); err != nil {
+		_ = tx.Rollback() // the attempt already failed
+		return phaseBody, err
+	}
+	return phaseCommit, tx.Commit()
+}
+
+func (c *sqlConn) retryable(err error) bool {
+	if c.dialect == dialectMySQL {
+		return mysqlerr.IsRetryable(err)
+	}
+	return pgerr.IsRetryable(err)
+}
+
+func (c *sqlConn) code(err error) string {
+	if c.dialect == dialectMySQL {
+		if n, ok := mysqlerr.Number(err); ok {
+			return strconv.Itoa(int(n))
+		}
+		return "none"
+	}
+	return pgCode(err)
+}
+
+// notCommitted: database/sql returns the context's error or ErrTxDone from
+// Commit only when it did not call the driver's Commit (the transaction was
+// rolled back when its context ended); a server error number or SQLSTATE
+// means the server answered; driver.ErrBadConn means nothing was sent.
+func (c *sqlConn) notCommitted(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, sql.ErrTxDone) || errors.Is(err, driver.ErrBadConn) {
+		return true
+	}
+	if c.dialect == dialectMySQL {
+		_, ok := mysqlerr.Number(err)
+		return ok
+	}
+	return pgNotCommitted(err)
+}
+
+func (c *sqlConn) close() { _ = c.db.Close() }
+
+type sqlTx struct{ tx *sql.Tx }
+
+func (t sqlTx) queryInt(ctx context.Context, q string, args ...any) (int64, error) {
+	var v int64
+	err := t.tx.QueryRowContext(ctx, q, args...).Scan(&v)
+	return v, err
+}
+
+func (t sqlTx) exec(ctx context.Context, q string, args ...any) error {
+	_, err := t.tx.ExecContext(ctx, q, args...)
+	return err
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/txretry/txretry/integration/internal/dbtest"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// TestBenchShortRun makes a short run of every runner on every workload and
+// driver against the test servers, and checks that every consistency check
+// passed and that the reports name every runner.
+func TestBenchShortRun(t *testing.T) {
+	workloads := allWorkloads
+	if testing.Short() {
+		workloads = allWorkloads[:1]
+	}
+	for _, d := range allDrivers {
+		t.Run(d.name, func(t *testing.T) {
+			cfg := &config{
+				workers:   4,
+				duration:  300 * time.Millisecond,
+				deadline:  time.Second,
+				repeat:    1,
+				workloads: workloads,
+				runners:   allRunners,
+				drivers:   []driverSpec{d},
+				seed:      1,
+				format:    "table",
+			}
+			if d.dialect == dialectMySQL {
+				cfg.mysqlDSN = dbtest.MySQL(t)
+			} else {
+				cfg.pgDSN = dbtest.Postgres(t)
+			}
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+			defer cancel()
+			results, err := runAll(ctx, cfg, io.Discard)
+			if err != nil {
+				t.Fatalf("runAll: %v", err)
+			}
+			if want := len(workloads) * len(allRunners); len(results) != want {
+				t.Fatalf("%d results, want %d", len(results), want)
+			}
+			for _, r := range results {
+				if !r.check.ok() {
+					t.Errorf("%s %s: check %s", r.workload, r.runner, r.check)
+				}
+				if r.st.calls == 0 || r.st.commits == 0 {
+					t.Errorf("%s %s: %d calls, %d commits; want some of both", r.workload, r.runner, r.st.calls, r.st.commits)
+				}
+				if r.st.other > 0 {
+					t.Errorf("%s %s: %d other errors, e.g. %s", r.workload, r.runner, r.st.other, r.st.otherSample)
+				}
+			}
+
+			var table, tsv bytes.Buffer
+			if failed, err := report(cfg, results, &table); err != nil || failed {
+				t.Fatalf("report: failed=%v err=%v", failed, err)
+			}
+			cfg.format = "tsv"
+			if _, err := report(cfg, results, &tsv); err != nil {
+				t.Fatalf("report TSV: %v", err)
+			}
+			tsvLines := strings.Split(strings.TrimSuffix(tsv.String(), "\n"), "\n")
+			if want := 1 + 2*len(results); len(tsvLines) != want { // header, runs, medians
+				t.Errorf("TSV has %d lines, want %d", len(tsvLines), want)
+			}
+			for _, w := range workloads {
+				for _, r := range allRunners {
+					if !hasRow(table.String(), "== "+w.name+" / "+d.name, r.name+" ") {
+						t.Errorf("table has no row for %s / %s", w.name, r.name)
+					}
+					if !strings.Contains(tsv.String(), w.name+"\t"+d.name+"\t"+r.name+"\tmedian\t") {
+						t.Errorf("TSV has no median row for %s / %s", w.name, r.name)
+					}
+				}
+			}
+			if t.Failed() {
+				t.Log("\n" + table.String())
+			}
+		})
+	}
+}
+
+// hasRow reports whether the table section whose header starts with section
+// has a line starting with prefix.
+func hasRow(table, section, prefix string) bool {
+	in := false
+	for _, line := range strings.Split(table, "\n") {
+		switch {
+		case strings.HasPrefix(line, "== "):
+			in = strings.HasPrefix(line, section+":")
+		case in && strings.HasPrefix(line, prefix):
+			return true
+		}
+	}
+	return false
+}

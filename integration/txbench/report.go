@@ -1,0 +1,395 @@
+package main
+
+import (
+	"bufio"
+	"cmp"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// metric is one number computed from a run, reported per run (TSV) and as the
+// median over the repeats (table and TSV).
+type metric struct {
+	col   string // TSV column
+	head  string // table header; empty: TSV only
+	get   func(r, ref *runResult) float64
+	digit int // decimals; -1: milliseconds with adaptive decimals
+}
+
+func failures(r *runResult) int64 {
+	return r.st.exhausted + r.st.deadline + r.st.uncertain + r.st.other
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+var metrics = []metric{
+	{col: "goodput_tps", head: "goodput/s", digit: 0, get: func(r, _ *runResult) float64 { return r.goodput() }},
+	{col: "ratio", head: "ratio", digit: 2, get: func(r, ref *runResult) float64 {
+		if ref == nil || ref.goodput() == 0 {
+			return math.NaN()
+		}
+		return r.goodput() / ref.goodput()
+	}},
+	{col: "fail_pct", head: "fail%", digit: 1, get: func(r, _ *runResult) float64 { return pct(failures(r), r.st.calls) }},
+	{col: "exhausted_pct", head: "exh%", digit: 1, get: func(r, _ *runResult) float64 { return pct(r.st.exhausted, r.st.calls) }},
+	{col: "deadline_pct", head: "ddl%", digit: 1, get: func(r, _ *runResult) float64 { return pct(r.st.deadline, r.st.calls) }},
+	{col: "uncertain_pct", head: "unc%", digit: 1, get: func(r, _ *runResult) float64 { return pct(r.st.uncertain, r.st.calls) }},
+	{col: "other_pct", head: "oth%", digit: 1, get: func(r, _ *runResult) float64 { return pct(r.st.other, r.st.calls) }},
+	{col: "late_pct", head: "late%", digit: 1, get: func(r, _ *runResult) float64 { return pct(r.st.late, r.st.calls) }},
+	{col: "attempts_per_commit", head: "att/commit", digit: 2, get: func(r, _ *runResult) float64 {
+		if r.st.commits == 0 {
+			return math.NaN()
+		}
+		return float64(r.st.attempts) / float64(r.st.commits)
+	}},
+	{col: "p50_ms", head: "p50 ms", digit: -1, get: func(r, _ *runResult) float64 { return ms(r.p50) }},
+	{col: "p99_ms", head: "p99 ms", digit: -1, get: func(r, _ *runResult) float64 { return ms(r.p99) }},
+	{col: "p999_ms", head: "p99.9 ms", digit: -1, get: func(r, _ *runResult) float64 { return ms(r.p999) }},
+	{col: "calls", get: func(r, _ *runResult) float64 { return float64(r.st.calls) }},
+	{col: "committed_in_deadline", get: func(r, _ *runResult) float64 { return float64(r.st.inDeadline) }},
+	{col: "late", get: func(r, _ *runResult) float64 { return float64(r.st.late) }},
+	{col: "exhausted", get: func(r, _ *runResult) float64 { return float64(r.st.exhausted) }},
+	{col: "deadline", get: func(r, _ *runResult) float64 { return float64(r.st.deadline) }},
+	{col: "uncertain", get: func(r, _ *runResult) float64 { return float64(r.st.uncertain) }},
+	{col: "other", get: func(r, _ *runResult) float64 { return float64(r.st.other) }},
+	{col: "cut", get: func(r, _ *runResult) float64 { return float64(r.st.cut) }},
+	{col: "attempts", get: func(r, _ *runResult) float64 { return float64(r.st.attempts) }},
+	{col: "commits", get: func(r, _ *runResult) float64 { return float64(r.st.commits) }},
+}
+
+// format renders v with m's precision; NaN as "-".
+func (m metric) format(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case m.digit >= 0:
+		return strconv.FormatFloat(v, 'f', m.digit, 64)
+	default:
+		return fmtMSFloat(v)
+	}
+}
+
+// fmtMS renders d in milliseconds with about three significant digits.
+func fmtMS(d time.Duration) string { return fmtMSFloat(ms(d)) }
+
+func fmtMSFloat(v float64) string {
+	switch {
+	case v < 10:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	case v < 100:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+}
+
+// summary gathers the runs of one runner on one workload and driver.
+type summary struct {
+	workload, driver, runner string
+	workers                  int
+	runs                     []*runResult
+	refs                     []*runResult // the reference runner's run of the same repeat, or nil
+}
+
+// summarize groups results by workload and driver (in order of appearance)
+// and runner (in runners' order), pairing each run with the ref runner's run
+// of the same repeat.
+func summarize(results []runResult, runners []string, ref string) []summary {
+	type key struct{ workload, driver, runner string }
+	type rkey struct {
+		key
+		repeat int
+	}
+	byRun := make(map[rkey]*runResult, len(results))
+	var groups []key // workload and driver only
+	seen := map[key]bool{}
+	for i := range results {
+		r := &results[i]
+		byRun[rkey{key{r.workload, r.driver, r.runner}, r.repeat}] = r
+		g := key{workload: r.workload, driver: r.driver}
+		if !seen[g] {
+			seen[g] = true
+			groups = append(groups, g)
+		}
+	}
+	var out []summary
+	for _, g := range groups {
+		for _, name := range runners {
+			s := summary{workload: g.workload, driver: g.driver, runner: name}
+			for i := range results {
+				r := &results[i]
+				if r.workload != g.workload || r.driver != g.driver || r.runner != name {
+					continue
+				}
+				s.workers = r.workers
+				s.runs = append(s.runs, r)
+			}
+			if len(s.runs) == 0 {
+				continue
+			}
+			slices.SortFunc(s.runs, func(a, b *runResult) int { return cmp.Compare(a.repeat, b.repeat) })
+			for _, r := range s.runs {
+				s.refs = append(s.refs, byRun[rkey{key{g.workload, g.driver, ref}, r.repeat}])
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// median returns the median of m over the runs, ignoring NaNs (NaN if none).
+func (s *summary) median(m metric) float64 {
+	vals := make([]float64, 0, len(s.runs))
+	for i, r := range s.runs {
+		if v := m.get(r, s.refs[i]); !math.IsNaN(v) {
+			vals = append(vals, v)
+		}
+	}
+	if len(vals) == 0 {
+		return math.NaN()
+	}
+	return median(vals)
+}
+
+// goodputRange returns the smallest and largest goodput of the runs.
+func (s *summary) goodputRange() (lo, hi float64) {
+	g := make([]float64, len(s.runs))
+	for i, r := range s.runs {
+		g[i] = r.goodput()
+	}
+	return minMax(g)
+}
+
+// codes renders the failed attempts per run by code (median over the runs),
+// most frequent first, for example "40001:812 40P01:3".
+func (s *summary) codes() string {
+	all := map[string]bool{}
+	for _, r := range s.runs {
+		for c := range r.st.codes {
+			all[c] = true
+		}
+	}
+	type cc struct {
+		code string
+		n    int64
+	}
+	var list []cc
+	for c := range all {
+		per := make([]int64, len(s.runs))
+		for i, r := range s.runs {
+			per[i] = r.st.codes[c]
+		}
+		if m := median(per); m > 0 {
+			list = append(list, cc{c, m})
+		}
+	}
+	return formatCodes(list, func(x cc) (string, int64) { return x.code, x.n })
+}
+
+func formatCodes[T any](list []T, kv func(T) (string, int64)) string {
+	slices.SortFunc(list, func(a, b T) int {
+		ka, na := kv(a)
+		kb, nb := kv(b)
+		return cmp.Or(cmp.Compare(nb, na), cmp.Compare(ka, kb))
+	})
+	parts := make([]string, len(list))
+	for i, x := range list {
+		k, n := kv(x)
+		parts[i] = k + ":" + strconv.FormatInt(n, 10)
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+// runCodes renders one run's failed attempts by code.
+func runCodes(r *runResult) string {
+	type cc struct {
+		code string
+		n    int64
+	}
+	list := make([]cc, 0, len(r.st.codes))
+	for c, n := range r.st.codes {
+		list = append(list, cc{c, n})
+	}
+	return formatCodes(list, func(x cc) (string, int64) { return x.code, x.n })
+}
+
+// checks renders the consistency checks of the runs: "ok 3/3", or
+// "FAIL 1/3"; "+N ghost" counts uncertain calls that did commit.
+func (s *summary) checks() string {
+	ok, ghosts := 0, 0
+	for _, r := range s.runs {
+		if r.check.ok() {
+			ok++
+		}
+		ghosts += r.check.ghosts
+	}
+	out := fmt.Sprintf("ok %d/%d", ok, len(s.runs))
+	if ok < len(s.runs) {
+		out = fmt.Sprintf("FAIL %d/%d", len(s.runs)-ok, len(s.runs))
+	}
+	if ghosts > 0 {
+		out += fmt.Sprintf(" +%d ghost", ghosts)
+	}
+	return out
+}
+
+// writeTable writes the human report: one aligned table per workload and
+// driver, then notes (failed checks, samples of "other" errors).
+func writeTable(w io.Writer, cfg *config, sums []summary, ref string) error {
+	bw := bufio.NewWriter(w)
+	var tableMetrics []metric
+	for _, m := range metrics {
+		if m.head != "" {
+			tableMetrics = append(tableMetrics, m)
+		}
+	}
+	for start := 0; start < len(sums); {
+		end := start
+		for end < len(sums) && sums[end].workload == sums[start].workload && sums[end].driver == sums[start].driver {
+			end++
+		}
+		group := sums[start:end]
+		fmt.Fprintf(bw, "\n== %s / %s: %d workers, %s runs, %s deadline, %d repeat(s); medians, ratio = goodput / %s's in the same repeat\n",
+			group[0].workload, group[0].driver, cfg.workers, cfg.duration, cfg.deadline, cfg.repeat, ref)
+		head := []string{"runner", "wk"}
+		for _, m := range tableMetrics {
+			head = append(head, m.head)
+			if m.col == "goodput_tps" {
+				head = append(head, "min-max")
+			}
+		}
+		head = append(head, "check", "failed attempts/run by code")
+		rows := [][]string{head}
+		var notes []string
+		for i := range group {
+			s := &group[i]
+			row := []string{s.runner, strconv.Itoa(s.workers)}
+			for _, m := range tableMetrics {
+				row = append(row, m.format(s.median(m)))
+				if m.col == "goodput_tps" {
+					lo, hi := s.goodputRange()
+					row = append(row, m.format(lo)+"-"+m.format(hi))
+				}
+			}
+			row = append(row, s.checks(), s.codes())
+			rows = append(rows, row)
+			for _, r := range s.runs {
+				if !r.check.ok() {
+					notes = append(notes, fmt.Sprintf("%s #%d: check %s", s.runner, r.repeat, r.check))
+				}
+				if r.st.otherSample != "" {
+					notes = append(notes, fmt.Sprintf("%s #%d: %d other errors, e.g. %s", s.runner, r.repeat, r.st.other, r.st.otherSample))
+				}
+			}
+		}
+		for _, line := range alignRows(rows, 1, len(head)-2) {
+			fmt.Fprintln(bw, line)
+		}
+		for _, n := range notes {
+			fmt.Fprintln(bw, "  note: "+n)
+		}
+		start = end
+	}
+	return bw.Flush()
+}
+
+// alignRows pads cells to their column's width: columns before left and from
+// trailing on are left-aligned (the last column is not padded), the others
+// right-aligned; columns are separated by two spaces.
+func alignRows(rows [][]string, left, trailing int) []string {
+	var width []int
+	for _, row := range rows {
+		for i, c := range row {
+			if i >= len(width) {
+				width = append(width, 0)
+			}
+			width[i] = max(width[i], utf8.RuneCountInString(c))
+		}
+	}
+	out := make([]string, len(rows))
+	for j, row := range rows {
+		var b strings.Builder
+		for i, c := range row {
+			if i > 0 {
+				b.WriteString("  ")
+			}
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
+			switch {
+			case i < left || i >= trailing:
+				b.WriteString(c)
+				if i < len(row)-1 {
+					b.WriteString(pad)
+				}
+			default:
+				b.WriteString(pad + c)
+			}
+		}
+		out[j] = b.String()
+	}
+	return out
+}
+
+// tsvRows returns the TSV report: a header, one row per run, then one row per
+// summary with repeat "median".
+func tsvRows(sums []summary) [][]string {
+	head := []string{"workload", "driver", "runner", "repeat", "workers", "duration_s", "deadline_ms"}
+	for _, m := range metrics {
+		head = append(head, m.col)
+	}
+	head = append(head, "failed_attempts_by_code", "check", "ghosts")
+	rows := [][]string{head}
+	for _, s := range sums {
+		for i, r := range s.runs {
+			row := []string{r.workload, r.driver, r.runner, strconv.Itoa(r.repeat), strconv.Itoa(r.workers),
+				strconv.FormatFloat(r.duration.Seconds(), 'f', -1, 64), strconv.FormatInt(r.deadline.Milliseconds(), 10)}
+			for _, m := range metrics {
+				row = append(row, m.format(m.get(r, s.refs[i])))
+			}
+			row = append(row, runCodes(r), r.check.String(), strconv.Itoa(r.check.ghosts))
+			rows = append(rows, row)
+		}
+	}
+	for _, s := range sums {
+		r0 := s.runs[0]
+		row := []string{s.workload, s.driver, s.runner, "median", strconv.Itoa(s.workers),
+			strconv.FormatFloat(r0.duration.Seconds(), 'f', -1, 64), strconv.FormatInt(r0.deadline.Milliseconds(), 10)}
+		for _, m := range metrics {
+			row = append(row, m.format(s.median(m)))
+		}
+		ghosts := 0
+		for _, r := range s.runs {
+			ghosts += r.check.ghosts
+		}
+		row = append(row, s.codes(), s.checks(), strconv.Itoa(ghosts))
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// tsvEscaper replaces the characters that would break a TSV cell.
+var tsvEscaper = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
+
+// writeTSV writes rows as tab-separated values, one line per row, with tabs
+// and line breaks inside cells replaced by spaces.
+func writeTSV(w io.Writer, rows [][]string) error {
+	bw := bufio.NewWriter(w)
+	for _, row := range rows {
+		for i, c := range row {
+			if i > 0 {
+				bw.WriteByte('\t')
+			}
+			bw.WriteString(tsvEscaper.Replace(c))
+		}
+		bw.WriteByte('\n')
+	}
+	return bw.Flush()
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// outcome is how one call ended, as the harness classifies it.
+type outcome uint8
+
+const (
+	outCommitted outcome = iota
+	outExhausted         // the policy's attempt limit or budget
+	outDeadline          // the deadline cut the call, or the policy gave up for it
+	outUncertain         // COMMIT failed without telling whether it committed
+	outOther             // any other error
+)
+
+// stats is one worker's record of a run. Only its worker writes it while the
+// run lasts; the runs' results are merged afterwards, so the hot path takes no
+// lock.
+type stats struct {
+	lat []time.Duration // every call, a call cut by the end at its elapsed time
+
+	calls      int64 // calls started
+	inDeadline int64 // committed within the deadline, finished within the run
+	late       int64 // committed after the deadline, finished within the run
+	exhausted  int64
+	deadline   int64
+	uncertain  int64
+	other      int64
+	cut        int64 // still running when the run ended (outcome not counted above)
+	attempts   int64 // attempts of all calls
+	commits    int64 // calls reported committed, cut ones included
+
+	codes map[string]int64 // failed attempts by SQLSTATE / error number
+
+	committedIDs []int64 // calls reported committed
+	uncertainIDs []int64 // calls whose commit is uncertain
+	otherSample  string  // description of one "other" error, for the notes
+}
+
+func newStats() stats {
+	return stats{
+		lat:   make([]time.Duration, 0, 1024),
+		codes: make(map[string]int64, 4),
+	}
+}
+
+// record accounts one finished call that started at start and finished at fin,
+// in a run that ended at end.
+func (s *stats) record(id int64, out outcome, attempts int, start, fin, end time.Time, deadline time.Duration) {
+	s.calls++
+	s.attempts += int64(attempts)
+	switch out {
+	case outCommitted:
+		s.commits++
+		s.committedIDs = append(s.committedIDs, id)
+	case outUncertain:
+		s.uncertainIDs = append(s.uncertainIDs, id)
+	}
+	if fin.After(end) {
+		s.cut++
+		s.lat = append(s.lat, end.Sub(start))
+		return
+	}
+	lat := fin.Sub(start)
+	s.lat = append(s.lat, lat)
+	switch out {
+	case outCommitted:
+		if lat <= deadline {
+			s.inDeadline++
+		} else {
+			s.late++
+		}
+	case outExhausted:
+		s.exhausted++
+	case outDeadline:
+		s.deadline++
+	case outUncertain:
+		s.uncertain++
+	default:
+		s.other++
+	}
+}
+
+// merge adds o to s.
+func (s *stats) merge(o *stats) {
+	s.lat = append(s.lat, o.lat...)
+	s.calls += o.calls
+	s.inDeadline += o.inDeadline
+	s.late += o.late
+	s.exhausted += o.exhausted
+	s.deadline += o.deadline
+	s.uncertain += o.uncertain
+	s.other += o.other
+	s.cut += o.cut
+	s.attempts += o.attempts
+	s.commits += o.commits
+	for k, v := range o.codes {
+		s.codes[k] += v
+	}
+	s.committedIDs = append(s.committedIDs, o.committedIDs...)
+	s.uncertainIDs = append(s.uncertainIDs, o.uncertainIDs...)
+	if s.otherSample == "" {
+		s.otherSample = o.otherSample
+	}
+}
+
+// percentile returns the perMille/1000 quantile of sorted (ascending) by the
+// nearest-rank method: the smallest value with at least that fraction of the
+// values at or below it. perMille is clamped to [1, 1000]; an empty slice
+// gives 0.
+func percentile(sorted []time.Duration, perMille int) time.Duration {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	perMille = min(max(perMille, 1), 1000)
+	rank := (perMille*n + 999) / 1000 // ceil(perMille*n/1000), at least 1
+	return sorted[rank-1]
+}
+
+// median returns the median of xs (the mean of the two middle values for an
+// even count), or the zero value for an empty slice. xs is not modified.
+func median[T ~int64 | ~float64](xs []T) T {
+	n := len(xs)
+	if n == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// minMax returns the smallest and the largest value of xs (zeros if empty).
+func minMax[T cmp.Ordered](xs []T) (lo, hi T) {
+	if len(xs) == 0 {
+		return lo, hi
+	}
+	return slices.Min(xs), slices.Max(xs)
+}

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// workloadSpec is a workload selectable with -workload.
+type workloadSpec struct {
+	name     string
+	accounts int // 0: the single hot row
+}
+
+var allWorkloads = []workloadSpec{
+	{name: "hot"},
+	{name: "transfer10", accounts: 10},
+	{name: "transfer10k", accounts: 10_000},
+}
+
+const (
+	// initialBalance of every account: large enough that no balance gets
+	// near zero, so that no transfer is refused.
+	initialBalance = 1_000_000_000
+	// ringSize is the number of pre-generated transfers per worker; call n
+	// of a worker uses transfer n mod ringSize.
+	ringSize = 4096
+	// seedBatch is the number of accounts inserted per statement.
+	seedBatch = 1000
+	// seqBits: a call id is worker<<seqBits | sequence number of the call.
+	seqBits = 32
+)
+
+// transfer is one pre-generated transfer.
+type transfer struct{ src, dst, amount int64 }
+
+// callID returns the id of a worker's seq-th call.
+func callID(worker, seq int) int64 { return int64(worker)<<seqBits | int64(uint32(seq)) }
+
+// workloadRun is a workload prepared for one run on one dialect.
+type workloadRun struct {
+	spec      workloadSpec
+	acct, log string // table names
+	sel, upd  string // read and write of the row(s)
+	ins       string // log insert
+	rings     [][]transfer
+	reset     []string // statements that recreate the tables
+}
+
+var placeholder = regexp.MustCompile(`\$[0-9]+`)
+
+// rebind turns PostgreSQL placeholders ($1) into MySQL ones (?); the
+// statements use their arguments in order.
+func rebind(d dialect, q string) string {
+	if d == dialectMySQL {
+		return placeholder.ReplaceAllString(q, "?")
+	}
+	return q
+}
+
+// newWorkloadRun prepares spec for a run of workers workers on dialect d. The
+// transfers of worker w depend only on seed and w, so every runner of a repeat
+// gets the same ones.
+func newWorkloadRun(spec workloadSpec, d dialect, workers int, seed uint64) *workloadRun {
+	w := &workloadRun{spec: spec}
+	if spec.accounts == 0 {
+		w.acct, w.log = "txbench_hot", "txbench_hot_log"
+		w.sel = "SELECT v FROM txbench_hot WHERE id = 1"
+		w.upd = rebind(d, "UPDATE txbench_hot SET v = $1 WHERE id = 1")
+		w.ins = rebind(d, "INSERT INTO txbench_hot_log (call_id) VALUES ($1)")
+		w.reset = []string{
+			"DROP TABLE IF EXISTS txbench_hot, txbench_hot_log",
+			"CREATE TABLE txbench_hot (id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL)",
+			"CREATE TABLE txbench_hot_log (call_id BIGINT NOT NULL PRIMARY KEY)",
+			"INSERT INTO txbench_hot (id, v) VALUES (1, 0)",
+		}
+		return w
+	}
+	w.acct = "txbench_" + spec.name + "_acct"
+	w.log = "txbench_" + spec.name + "_log"
+	w.sel = rebind(d, "SELECT balance FROM "+w.acct+" WHERE id = $1")
+	w.upd = rebind(d, "UPDATE "+w.acct+" SET balance = $1 WHERE id = $2")
+	w.ins = rebind(d, "INSERT INTO "+w.log+" (call_id, src, dst, amount) VALUES ($1, $2, $3, $4)")
+	w.reset = []string{
+		"DROP TABLE IF EXISTS " + w.acct + ", " + w.log,
+		"CREATE TABLE " + w.acct + " (id INT NOT NULL PRIMARY KEY, balance BIGINT NOT NULL)",
+		"CREATE TABLE " + w.log + " (call_id BIGINT NOT NULL PRIMARY KEY, src INT NOT NULL, dst INT NOT NULL, amount BIGINT NOT NULL)",
+	}
+	w.reset = append(w.reset, seedStatements(w.acct, spec.accounts)...)
+	if d == dialectPG {
+		w.reset = append(w.reset, "ANALYZE "+w.acct)
+	}
+	w.rings = make([][]transfer, workers)
+	n := spec.accounts
+	for i := range w.rings {
+		rnd := rand.New(rand.NewPCG(seed, uint64(i)))
+		ring := make([]transfer, ringSize)
+		for j := range ring {
+			src := 1 + rnd.IntN(n)
+			dst := 1 + rnd.IntN(n-1)
+			if dst >= src {
+				dst++
+			}
+			ring[j] = transfer{src: int64(src), dst: int64(dst), amount: int64(1 + rnd.IntN(100))}
+		}
+		w.rings[i] = ring
+	}
+	return w
+}
+
+// seedStatements inserts accounts 1..n with initialBalance, seedBatch per
+// statement.
+func seedStatements(table string, n int) []string {
+	var out []string
+	for lo := 1; lo <= n; lo += seedBatch {
+		var b strings.Builder
+		b.WriteString("INSERT INTO " + table + " (id, balance) VALUES ")
+		for id := lo; id < lo+seedBatch && id <= n; id++ {
+			if id > lo {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "(%d,%d)", id, initialBalance)
+		}
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// prepare drops and recreates the workload's tables.
+func (w *workloadRun) prepare(ctx context.Context, c conn) error {
+	for _, q := range w.reset {
+		if err := c.exec(ctx, q); err != nil {
+			return fmt.Errorf("reset %s tables: %w", w.spec.name, err)
+		}
+	}
+	return nil
+}
+
+// transferOf returns the transfer made by call id, and false if id names no
+// worker of this run.
+func (w *workloadRun) transferOf(id int64) (transfer, bool) {
+	worker := id >> seqBits
+	if id < 0 || worker >= int64(len(w.rings)) {
+		return transfer{}, false
+	}
+	return w.rings[worker][(id&(1<<seqBits-1))%ringSize], true
+}
+
+// body returns the transaction of call id.
+func (w *workloadRun) body(id int64) txBody {
+	if w.spec.accounts == 0 {
+		return func(ctx context.Context, q querier) error {
+			v, err := q.queryInt(ctx, w.sel)
+			if err != nil {
+				return err
+			}
+			if err := q.exec(ctx, w.upd, v+1); err != nil {
+				return err
+			}
+			return q.exec(ctx, w.ins, id)
+		}
+	}
+	t, _ := w.transferOf(id)
+	return func(ctx context.Context, q querier) error {
+		from, err := q.queryInt(ctx, w.sel, t.src)
+		if err != nil {
+			return err
+		}
+		to, err := q.queryInt(ctx, w.sel, t.dst)
+		if err != nil {
+			return err
+		}
+		if err := q.exec(ctx, w.upd, from-t.amount, t.src); err != nil {
+			return err
+		}
+		if err := q.exec(ctx, w.upd, to+t.amount, t.dst); err != nil {
+			return err
+		}
+		return q.exec(ctx, w.ins, id, t.src, t.dst, t.amount)
+	}
+}
+
+// checkResult is the consistency check of one run.
+type checkResult struct {
+	// lost: calls reported committed that are not in the database.
+	lost int
+	// unreported: calls in the database that were reported failed (not
+	// uncertain).
+	unreported int
+	// ghosts: calls reported uncertain that did commit (allowed: that is
+	// what uncertain means).
+	ghosts int
+	// problems describes every violation; empty when the check passed.
+	problems []string
+}
+
+func (r checkResult) ok() bool { return len(r.problems) == 0 }
+
+func (r checkResult) String() string {
+	if r.ok() {
+		return "ok"
+	}
+	return "FAIL: " + strings.Join(r.problems, "; ")
+}
+
+// check compares the database after a run with what the callers were told.
+func (w *workloadRun) check(ctx context.Context, c conn, committed, uncertain []int64) (checkResult, error) {
+	var res checkResult
+	if w.spec.accounts == 0 {
+		vs, err := c.queryInts(ctx, "SELECT v FROM txbench_hot", 1)
+		if err != nil {
+			return res, fmt.Errorf("read counter: %w", err)
+		}
+		ids, err := c.queryInts(ctx, "SELECT call_id FROM txbench_hot_log", 1)
+		if err != nil {
+			return res, fmt.Errorf("read log: %w", err)
+		}
+		res = compareIDs(ids, committed, uncertain)
+		switch {
+		case len(vs) != 1:
+			res.problems = append(res.problems, fmt.Sprintf("%d hot rows, want 1", len(vs)))
+		case vs[0] != int64(len(ids)):
+			res.problems = append(res.problems, fmt.Sprintf("counter %d != %d logged calls", vs[0], len(ids)))
+		}
+		return res, nil
+	}
+
+	logs, err := c.queryInts(ctx, "SELECT call_id, src, dst, amount FROM "+w.log, 4)
+	if err != nil {
+		return res, fmt.Errorf("read log: %w", err)
+	}
+	bal, err := c.queryInts(ctx, "SELECT id, balance FROM "+w.acct+" ORDER BY id", 2)
+	if err != nil {
+		return res, fmt.Errorf("read balances: %w", err)
+	}
+	n := w.spec.accounts
+	ids := make([]int64, 0, len(logs)/4)
+	want := make([]int64, n+1)
+	for i := range want {
+		want[i] = initialBalance
+	}
+	var mismatched int
+	for i := 0; i+3 < len(logs); i += 4 {
+		id, src, dst, amount := logs[i], logs[i+1], logs[i+2], logs[i+3]
+		ids = append(ids, id)
+		t, known := w.transferOf(id)
+		if !known || t != (transfer{src, dst, amount}) || src < 1 || src > int64(n) || dst < 1 || dst > int64(n) {
+			mismatched++
+			continue
+		}
+		want[src] -= amount
+		want[dst] += amount
+	}
+	res = compareIDs(ids, committed, uncertain)
+	if mismatched > 0 {
+		res.problems = append(res.problems, fmt.Sprintf("%d logged transfers differ from the calls' transfers", mismatched))
+	}
+	if len(bal) != 2*n {
+		res.problems = append(res.problems, fmt.Sprintf("%d accounts, want %d", len(bal)/2, n))
+		return res, nil
+	}
+	var sum int64
+	var wrong int
+	for i := 0; i < len(bal); i += 2 {
+		id, b := bal[i], bal[i+1]
+		sum += b
+		if id < 1 || id > int64(n) || b != want[id] {
+			wrong++
+		}
+	}
+	if total := int64(n) * initialBalance; sum != total {
+		res.problems = append(res.problems, fmt.Sprintf("sum of balances %d != %d", sum, total))
+	}
+	if wrong > 0 {
+		res.problems = append(res.problems, fmt.Sprintf("%d balances differ from the logged transfers", wrong))
+	}
+	return res, nil
+}
+
+// compareIDs compares the call ids found in the database with the calls
+// reported committed and the calls reported uncertain.
+func compareIDs(db, committed, uncertain []int64) checkResult {
+	var res checkResult
+	in := make(map[int64]struct{}, len(db))
+	for _, id := range db {
+		in[id] = struct{}{}
+	}
+	told := make(map[int64]bool, len(committed)+len(uncertain)) // true: committed
+	for _, id := range uncertain {
+		told[id] = false
+	}
+	for _, id := range committed {
+		told[id] = true
+		if _, ok := in[id]; !ok {
+			res.lost++
+		}
+	}
+	for _, id := range db {
+		c, reported := told[id]
+		switch {
+		case !reported:
+			res.unreported++
+		case !c:
+			res.ghosts++
+		}
+	}
+	if res.lost > 0 {
+		res.problems = append(res.problems, strconv.Itoa(res.lost)+" calls reported committed are missing")
+	}
+	if res.unreported > 0 {
+		res.problems = append(res.problems, strconv.Itoa(res.unreported)+" calls reported failed are committed")
+	}
+	return res
+}
