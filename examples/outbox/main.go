@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/txretry/txretry/examples/internal/dbconn"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the command line's.
+type options struct {
+	command     string // "run" or "reprocess"
+	db          string
+	namespace   string
+	jobs        int
+	workers     int
+	rejects     int
+	poison      int
+	maxAttempts int
+	processTime time.Duration
+	fixed       bool
+	work        bool
+	timeout     time.Duration
+}
+
+// parseFlags parses the command line: an optional subcommand, then flags.
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	o := options{command: "run"}
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		o.command, args = args[0], args[1:]
+	}
+	if o.command != "run" && o.command != "reprocess" {
+		return o, fmt.Errorf("unknown command %q: want run or reprocess", o.command)
+	}
+	fs := flag.NewFlagSet("outbox "+o.command, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.db, "db", "all", "databases to run on: all, postgres or mysql")
+	fs.StringVar(&o.namespace, "namespace", "txretry_demo", "schema (PostgreSQL) or database (MySQL) for the tables")
+	fs.IntVar(&o.workers, "workers", 4, "concurrent workers")
+	fs.IntVar(&o.maxAttempts, "max-attempts", 5, "attempts per job's call, the first included")
+	fs.DurationVar(&o.processTime, "process-time", 2*time.Millisecond, "time processing one job takes")
+	fs.DurationVar(&o.timeout, "timeout", 50*time.Second, "bound of the whole run, containers excepted")
+	if o.command == "run" {
+		fs.IntVar(&o.jobs, "jobs", 40, "jobs to enqueue")
+		fs.IntVar(&o.rejects, "rejects", 2, "jobs the processor rejects (a permanent error)")
+		fs.IntVar(&o.poison, "poison", 1, "jobs that raise a serialization failure on every attempt")
+	} else {
+		fs.BoolVar(&o.fixed, "fixed", true, "process with the simulated failures switched off, as after a fix")
+		fs.BoolVar(&o.work, "work", true, "work the queue after moving the dead letters back")
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	case o.workers < 1 || o.maxAttempts < 1 || o.processTime < 0 || o.timeout <= 0:
+		return o, errors.New("-workers, -max-attempts and -timeout must be positive")
+	case o.command == "run" && (o.jobs < 1 || o.rejects < 0 || o.poison < 0 || o.rejects+o.poison > o.jobs):
+		return o, errors.New("-jobs must be positive, and -rejects plus -poison at most -jobs")
+	}
+	if _, err := enginesFor(o.db); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// enginesFor maps the -db flag to engines.
+func enginesFor(db string) ([]dbconn.Engine, error) {
+	switch db {
+	case "all":
+		return []dbconn.Engine{dbconn.Postgres, dbconn.MySQL}, nil
+	case "postgres":
+		return []dbconn.Engine{dbconn.Postgres}, nil
+	case "mysql":
+		return []dbconn.Engine{dbconn.MySQL}, nil
+	default:
+		return nil, fmt.Errorf("-db %q: want all, postgres or mysql", db)
+	}
+}
+
+// run is the program; it returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "outbox:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	engines, _ := enginesFor(o.db)
+	servers, findErr := dbconn.FindAll(ctx, engines...)
+	defer func() {
+		for _, s := range servers {
+			if err := s.Close(); err != nil {
+				fmt.Fprintf(stderr, "outbox: terminate %s: %v\n", s, err)
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	ok := true
+	if findErr != nil {
+		fmt.Fprintf(stdout, "%v\n\n", findErr)
+		for _, err := range findErr.(interface{ Unwrap() []error }).Unwrap() {
+			if ue, _ := errors.AsType[*dbconn.UnavailableError](err); ue == nil || ue.Configured {
+				ok = false
+			}
+		}
+	}
+	if len(servers) == 0 {
+		fmt.Fprintln(stdout, "FAIL: no database reachable")
+		return 1
+	}
+	for _, srv := range servers {
+		if err := runOn(ctx, srv, o, stdout); err != nil {
+			fmt.Fprintf(stdout, "  FAIL: %v\n\n", err)
+			ok = false
+		}
+	}
+	if !ok {
+		return 1
+	}
+	fmt.Fprintln(stdout, "ok")
+	return 0
+}
+
+// syncWriter serializes writes from the workers' alert hooks.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// runOn runs the command on one server.
+func runOn(ctx context.Context, srv *dbconn.Server, o options, stdout io.Writer) error {
+	w := &syncWriter{w: stdout}
+	ns, err := srv.Namespace(ctx, o.namespace)
+	if err != nil {
+		return err
+	}
+	db, err := sql.Open(srv.Engine.Driver(), ns.DSN)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(2 * o.workers) // a worker may hold a call's connection and dead-letter on another
+	q := NewQueue(db, ns)
+	q.MaxAttempts, q.ProcessTime, q.Fixed = o.maxAttempts, o.processTime, o.fixed
+	q.Alert = func(dl DeadLetter) {
+		fmt.Fprintf(w, "  ALERT dead letter: job %d, correlation %s: %s\n", dl.ID, dl.CorrelationID, dl.Reason)
+	}
+	fmt.Fprintf(w, "%s, %s\n", srv, ns.Where)
+
+	wantDead := -1 // unknown for reprocess
+	switch o.command {
+	case "run":
+		if err := q.Setup(ctx); err != nil {
+			return err
+		}
+		if err := q.Enqueue(ctx, 1, payloads(o.jobs, o.rejects, o.poison)); err != nil {
+			return fmt.Errorf("enqueue: %w", err)
+		}
+		code := "SQLSTATE 40001"
+		if srv.Engine == dbconn.MySQL {
+			code = "error 1213"
+		}
+		fmt.Fprintf(w, "  enqueued %d jobs: %d rejected by the processor, %d raising %s on every attempt; %d workers, at most %d attempts per job\n",
+			o.jobs, o.rejects, o.poison, code, o.workers, o.maxAttempts)
+		wantDead = o.rejects + o.poison
+	case "reprocess":
+		moved, err := q.Reprocess(ctx)
+		if err != nil {
+			return fmt.Errorf("reprocess (did `outbox run` create the tables?): %w", err)
+		}
+		fmt.Fprintf(w, "  moved %d dead letters back to the queue\n", moved)
+		if !o.work {
+			return nil
+		}
+		if o.fixed {
+			fmt.Fprintln(w, "  processor fixed: simulated failures switched off")
+			wantDead = 0
+		}
+	}
+
+	start := time.Now()
+	stats, workErr := q.Work(ctx, o.workers)
+	queued, processed, dead, err := q.Counts(ctx)
+	if err != nil {
+		return errors.Join(workErr, err)
+	}
+	fmt.Fprintf(w, "  summary: %d processed now (%d in all), %d dead-lettered now, %d dead letters, %d left in the queue; %d attempts in %v\n",
+		stats.Processed, processed, stats.DeadLetters, dead, queued, stats.Attempts, time.Since(start).Round(time.Millisecond))
+	list, err := q.DeadLetters(ctx)
+	if err != nil {
+		return errors.Join(workErr, err)
+	}
+	printDeadLetters(w, list)
+	fmt.Fprintln(w)
+	switch {
+	case workErr != nil:
+		return workErr
+	case queued != 0:
+		return fmt.Errorf("%d jobs left in the queue", queued)
+	case wantDead >= 0 && stats.DeadLetters != wantDead:
+		return fmt.Errorf("%d jobs dead-lettered, want %d", stats.DeadLetters, wantDead)
+	}
+	return nil
+}
+
+// payloads returns n payloads, poison of them asking for a serialization
+// failure and rejects for a rejection, spread over the queue.
+func payloads(n, rejects, poison int) []Payload {
+	list := make([]Payload, n)
+	special := rejects + poison
+	for i := range list {
+		list[i].Order = 1000 + i + 1
+	}
+	for k := range special {
+		i := (k + 1) * n / (special + 1)
+		list[i].Simulate = simulateReject
+		if k < poison {
+			list[i].Simulate = simulatePoison
+		}
+	}
+	return list
+}
+
+// printDeadLetters prints the dead letters, each attempt history condensed
+// into runs of the same class, code and type.
+func printDeadLetters(w io.Writer, list []DeadLetter) {
+	if len(list) == 0 {
+		fmt.Fprintln(w, "  no dead letters")
+		return
+	}
+	fmt.Fprintln(w, "  dead letters:")
+	for _, dl := range list {
+		fmt.Fprintf(w, "    job %d, correlation %s, payload %s\n", dl.ID, dl.CorrelationID, dl.Payload)
+		fmt.Fprintf(w, "      reason    %s\n", dl.Reason)
+		fmt.Fprintf(w, "      attempts  %s\n", condense(dl.Attempts))
+	}
+}
+
+// condense renders attempt records as runs: "5× Retryable 40001 *pgconn.PgError (workers 1, 3)".
+func condense(records []AttemptRecord) string {
+	if len(records) == 0 {
+		return "none recorded"
+	}
+	type run struct {
+		key     string
+		n       int
+		workers []int
+	}
+	var runs []run
+	for _, r := range records {
+		key := strings.Join(strings.Fields(r.Class+" "+r.Code+" "+r.Type), " ")
+		if len(runs) == 0 || runs[len(runs)-1].key != key {
+			runs = append(runs, run{key: key})
+		}
+		last := &runs[len(runs)-1]
+		last.n++
+		if len(last.workers) == 0 || last.workers[len(last.workers)-1] != r.Worker {
+			last.workers = append(last.workers, r.Worker)
+		}
+	}
+	parts := make([]string, len(runs))
+	for i, r := range runs {
+		ws := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(r.workers)), ", "), "[]")
+		label := "worker"
+		if len(r.workers) > 1 {
+			label = "workers"
+		}
+		parts[i] = fmt.Sprintf("%d× %s (%s %s)", r.n, r.key, label, ws)
+	}
+	return strings.Join(parts, "; ")
+}
