@@ -39,9 +39,9 @@ type driver string
 
 // The drivers the demo runs.
 const (
-	pgxNative  driver = "pgx native, pgxretry.RunInTx"
-	pgxStdlib  driver = "pgx stdlib (database/sql), txretry.RunInTx"
-	mysqlSQL driver = "go-sql-driver/mysql (database/sql), txretry.RunInTx"
+	pgxNative driver = "pgx native, pgxretry.RunInTx"
+	pgxStdlib driver = "pgx stdlib (database/sql), txretry.RunInTx"
+	mysqlSQL  driver = "go-sql-driver/mysql (database/sql), txretry.RunInTx"
 )
 
 // driversFor lists the drivers to run on a server of engine e.
