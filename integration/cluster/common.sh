@@ -1,0 +1,79 @@
+# Shared helpers of galera.sh and pgbouncer.sh; sourced, never run.
+# shellcheck shell=bash
+
+CLUSTER_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+RUN_DIR="$CLUSTER_DIR/.run"
+mkdir -p "$RUN_DIR"
+
+log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# now prints the seconds since the epoch, with milliseconds.
+now() { date +%s.%3N; }
+
+# elapsed START prints the seconds since START (from now), e.g. "12.3".
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# as_root runs a command as root: directly when we are root, else with sudo.
+as_root() {
+	if [ "$(id -u)" -eq 0 ]; then
+		"$@"
+	elif command -v sudo >/dev/null 2>&1; then
+		sudo -n "$@"
+	else
+		die "need root (or sudo) to run: $*"
+	fi
+}
+
+# ensure_packages PKG... installs the Debian packages that are missing, once.
+# It prints the packages it installed on stdout.
+ensure_packages() {
+	local missing=() p aptlog
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+			missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	command -v apt-get >/dev/null 2>&1 ||
+		die "missing packages ${missing[*]} and no apt-get to install them"
+	log "installing ${missing[*]}"
+	aptlog=$(mktemp)
+	if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >"$aptlog" 2>&1 ||
+		! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1; then
+		tail -n 20 "$aptlog" >&2
+		rm -f "$aptlog"
+		die "apt-get could not install ${missing[*]}"
+	fi
+	rm -f "$aptlog"
+	echo "${missing[*]}"
+}
+
+# port_busy PORT reports whether something listens on 127.0.0.1:PORT.
+port_busy() {
+	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# pid_alive PID reports whether PID is a running process (a zombie is not).
+pid_alive() {
+	local state
+	[ -n "$1" ] || return 1
+	state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
+	[ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
+# write_env merges the env fragments of both scripts into .run/env, which
+# .ci/run sources. A script that stops removes its fragment first.
+write_env() {
+	local out="$RUN_DIR/env" tmp f
+	tmp=$(mktemp "$RUN_DIR/env.XXXXXX")
+	echo "# Written by integration/cluster scripts; source it." >"$tmp"
+	for f in "$RUN_DIR"/galera.env "$RUN_DIR"/pgbouncer.env; do
+		[ -f "$f" ] && cat "$f" >>"$tmp"
+	done
+	if [ "$(wc -l <"$tmp")" -le 1 ]; then
+		rm -f "$tmp" "$out"
+	else
+		mv -f "$tmp" "$out"
+	fi
+}
