@@ -100,19 +100,32 @@ func (e *CommitUncertainError) Unwrap() []error {
 	return []error{e.Err, e.VerifyErr}
 }
 
-// Describe renders an error for txretry's messages without row data: an error
-// reported by the server is described by its SQLSTATE or MySQL error number
-// and Go type only (server messages can quote values, e.g. a duplicate key);
-// any other error (network, context, driver) by its text.
+// Describe renders an error for logs and messages without row data: an
+// error reported by the server is described by its SQLSTATE or MySQL error
+// number and Go type only, e.g. "SQLSTATE 40001 (pgconn.PgError)" (server
+// messages can quote values, e.g. a duplicate key); any other error
+// (network, context, driver) by its text.
+//
+// txretry's own *RetryError and *CommitUncertainError, anywhere in the tree,
+// are described by their messages, which follow the same rule and say why
+// the call stopped.
 func Describe(err error) string {
 	if err == nil {
 		return "<nil>"
 	}
+	var re *RetryError
+	if errors.As(err, &re) {
+		return re.Error()
+	}
+	var ue *CommitUncertainError
+	if errors.As(err, &ue) {
+		return ue.Error()
+	}
 	if code := pgerr.SQLState(err); code != "" {
-		return fmt.Sprintf("SQLSTATE %s (%s)", code, serverErrType(err))
+		return fmt.Sprintf("SQLSTATE %s (%s)", code, errType(err))
 	}
 	if n, ok := mysqlerr.Number(err); ok {
-		return fmt.Sprintf("MySQL error %d (%s)", n, serverErrType(err))
+		return fmt.Sprintf("MySQL error %d (%s)", n, errType(err))
 	}
 	return err.Error()
 }
@@ -135,7 +148,7 @@ func serverErrType(err error) string {
 	if found == nil {
 		found = err
 	}
-	return reflect.TypeOf(found).String()
+	return strings.TrimPrefix(reflect.TypeOf(found).String(), "*")
 }
 
 func isWrapper(err error) bool {
@@ -175,7 +188,7 @@ func errType(err error) string {
 		return ""
 	}
 	if errCode(err) != "" {
-		return strings.TrimPrefix(serverErrType(err), "*")
+		return serverErrType(err)
 	}
 	for {
 		switch reflect.TypeOf(err).String() {

@@ -55,7 +55,7 @@ func ExampleRetryError() {
 	fmt.Println(err)
 	// Output:
 	// true true
-	// txretry: stopped after 3 attempt(s) (attempt limit): SQLSTATE 40P01 (*fakedb.SQLStateError)
+	// txretry: stopped after 3 attempt(s) (attempt limit): SQLSTATE 40P01 (fakedb.SQLStateError)
 }
 
 func ExampleWithRetryOn() {

@@ -150,8 +150,8 @@ func (xactStatusVerifier) verify(ctx context.Context, begin beginFunc, xid strin
 // key lock, so it cannot answer before that transaction has ended. table is
 // an identifier, optionally qualified by a schema (letters, digits and
 // underscores, not starting with a digit); anything else makes the call
-// return ErrInvalidOption. Markers accumulate: remove old ones with
-// PurgeCommitMarkers. Default: off.
+// return ErrInvalidOption. Markers accumulate: delete old ones with the
+// statement from PurgeCommitMarkersSQL. Default: off.
 func WithCommitMarker(table string) Option {
 	return func(c *config) {
 		if err := validIdentifier(table); err != nil {
