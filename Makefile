@@ -8,7 +8,7 @@ MODULES := $(patsubst %/go.mod,%,$(wildcard integration/go.mod examples/go.mod o
 PG_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
 
-.PHONY: test unit integration modules lint demo bench env
+.PHONY: test unit integration modules lint demo bench env matrix
 
 ## test: unit tests, then every nested module's tests (integration suite, examples, adapters), all with -race
 test: unit modules
@@ -39,3 +39,13 @@ demo:
 env:
 	@echo "export TXRETRY_PG_DSN='$(PG_DSN)'"
 	@echo "export TXRETRY_MYSQL_DSN='$(MYSQL_DSN)'"
+
+## matrix: the integration suite against each database version in containers (needs Docker)
+PG_IMAGES ?= postgres:13-alpine postgres:14-alpine postgres:15-alpine postgres:16-alpine postgres:17-alpine
+MYSQL_IMAGES ?= mysql:8.0 mysql:8.4 mariadb:10.6 mariadb:10.11 mariadb:11.4
+matrix:
+	@set -e; for pg in $(PG_IMAGES); do for my in $(MYSQL_IMAGES); do \
+		echo "== $$pg + $$my"; \
+		(cd integration && env -u TXRETRY_PG_DSN -u TXRETRY_MYSQL_DSN TXRETRY_PG_IMAGE=$$pg TXRETRY_MYSQL_IMAGE=$$my \
+			$(GO) test $(RACE) -count=1 ./scenarios/ ./uncertain/); \
+	done; done
