@@ -197,16 +197,29 @@ var pgDialect = &dialect{
 	defaultIsolation: "read committed",
 	kill: func(ctx context.Context, admin string, id int64) error {
 		return withDB(ctx, "pgx", admin, func(db *sql.DB) error {
-			// The second argument (PostgreSQL 14+) waits for the end of
-			// the session, so the victim's next statement fails for sure.
+			// Terminate, then wait for the session to be gone, so the
+			// victim's next statement fails for sure. (PostgreSQL 14's
+			// pg_terminate_backend(pid, timeout) would wait itself; this
+			// also works on 13.)
 			var ended bool
-			if err := db.QueryRowContext(ctx, "SELECT pg_terminate_backend($1, 5000)", id).Scan(&ended); err != nil {
+			if err := db.QueryRowContext(ctx, "SELECT pg_terminate_backend($1)", id).Scan(&ended); err != nil {
 				return err
 			}
 			if !ended {
-				return fmt.Errorf("backend %d did not end", id)
+				return fmt.Errorf("backend %d could not be signalled", id)
 			}
-			return nil
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				var alive bool
+				if err := db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)", id).Scan(&alive); err != nil {
+					return err
+				}
+				if !alive {
+					return nil
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("backend %d did not end", id)
+				}
+			}
 		})
 	},
 }
