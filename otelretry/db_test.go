@@ -16,6 +16,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/otelretry"
@@ -87,8 +89,10 @@ func placeholder(driver string, n int) string {
 	return "?"
 }
 
-// TestContendedRun has 8 workers increment one row under SERIALIZABLE and
-// checks that every call and every lost race is accounted for.
+// TestContendedRun has 8 workers increment one row under SERIALIZABLE, all
+// on one context, and checks that every call and every lost race is
+// accounted for, and that the statements' spans are children of their
+// call's span.
 func TestContendedRun(t *testing.T) {
 	for _, s := range servers {
 		t.Run(s.name, func(t *testing.T) {
@@ -99,7 +103,10 @@ func TestContendedRun(t *testing.T) {
 				t.Fatalf("insert: %v", err)
 			}
 			h := newHarness(t, otelretry.WithDBSystem(system))
+			app := h.tp.Tracer("app")
 			increment := func(ctx context.Context, tx *sql.Tx) error {
+				ctx, stmt := app.Start(ctx, "increment statements")
+				defer stmt.End()
 				var v int
 				if err := tx.QueryRowContext(ctx, "SELECT v FROM "+hot+" WHERE id = 1").Scan(&v); err != nil {
 					return err
@@ -116,11 +123,9 @@ func TestContendedRun(t *testing.T) {
 			for range workers {
 				wg.Go(func() {
 					for range perWorker {
-						callCtx, end := context.WithCancel(ctx) // one context per call
-						err := txretry.RunInTx(callCtx, db, increment, txretry.WithObserver(h.obs),
+						err := txretry.RunInTx(ctx, db, increment, txretry.WithObserver(h.obs),
 							txretry.WithLabel("increment"), txretry.WithIsolation(sql.LevelSerializable),
 							txretry.WithMaxAttempts(1000))
-						end()
 						if err != nil {
 							t.Errorf("RunInTx: %s", txretry.Describe(err))
 							return
@@ -154,12 +159,21 @@ func TestContendedRun(t *testing.T) {
 				t.Errorf("%d failures other than %s", other, s.conflict)
 			}
 
-			spans := h.spans.GetSpans()
-			if len(spans) != calls {
-				t.Fatalf("%d spans, want %d", len(spans), calls)
+			var callSpans, stmtSpans tracetest.SpanStubs
+			for _, sp := range h.spans.GetSpans() {
+				if sp.Name == "txretry increment" {
+					callSpans = append(callSpans, sp)
+				} else {
+					stmtSpans = append(stmtSpans, sp)
+				}
 			}
-			var failedEvents int64
-			for _, sp := range spans {
+			if len(callSpans) != calls {
+				t.Fatalf("%d call spans, want %d", len(callSpans), calls)
+			}
+			var failedEvents, startedEvents int64
+			ids := make(map[trace.SpanID]bool, calls)
+			for _, sp := range callSpans {
+				ids[sp.SpanContext.SpanID()] = true
 				var started, failed int
 				for _, e := range sp.Events {
 					switch e.Name {
@@ -173,11 +187,27 @@ func TestContendedRun(t *testing.T) {
 					t.Errorf("span with %d attempts started and %d failed, want one success", started, failed)
 				}
 				failedEvents += int64(failed)
+				startedEvents += int64(started)
 			}
 			if failedEvents != conflicts {
 				t.Errorf("%d attempt.failed span events, want %d", failedEvents, conflicts)
 			}
-			t.Logf("%s: %d calls, %d conflicts (%s)", system, calls, conflicts, s.conflict)
+			// fn runs once per attempt, and its spans are children of its
+			// own call's span.
+			if int64(len(stmtSpans)) != startedEvents {
+				t.Errorf("%d statement spans, want one per attempt (%d)", len(stmtSpans), startedEvents)
+			}
+			for _, sp := range stmtSpans {
+				if !ids[sp.Parent.SpanID()] {
+					t.Errorf("statement span's parent %v is not a call span", sp.Parent.SpanID())
+					break
+				}
+			}
+			queue := h.histogram(t, "txretry.queue.duration", sys, op, otelretry.OutcomeKey.String("committed"))
+			if queue.Count != calls {
+				t.Errorf("txretry.queue.duration has %d values, want %d", queue.Count, calls)
+			}
+			t.Logf("%s: %d calls, %d conflicts (%s), %.3fs queued in all", system, calls, conflicts, s.conflict, queue.Sum)
 		})
 	}
 }
@@ -209,7 +239,7 @@ func TestNoMessageText(t *testing.T) {
 			var logs bytes.Buffer
 			logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			opts := []txretry.Option{
-				txretry.WithObserver(both(h.obs, slogretry.New(logger))),
+				txretry.WithObserver(h.obs), txretry.WithObserver(slogretry.New(logger)),
 				txretry.WithLabel("insert"), txretry.WithBackoff(txretry.Constant(0)),
 			}
 			insert := func(ctx context.Context, tx *sql.Tx) error {
@@ -260,12 +290,4 @@ func TestNoMessageText(t *testing.T) {
 			}
 		})
 	}
-}
-
-// both fans events out to two observers (WithObserver keeps only the last).
-func both(a, b txretry.Observer) txretry.Observer {
-	return txretry.ObserverFunc(func(ctx context.Context, e txretry.Event) {
-		a.Observe(ctx, e)
-		b.Observe(ctx, e)
-	})
 }

@@ -10,6 +10,11 @@
 //	}
 //	err = txretry.RunInTx(ctx, db, fn, txretry.WithLabel("transfer"), txretry.WithObserver(obs))
 //
+// [Observer] implements [txretry.CallStarter]: each call gets a span, and
+// the context fn receives carries it. It can be combined with other
+// observers (such as slogretry's) by passing several txretry.WithObserver
+// options.
+//
 // Events carry codes and Go types, never error messages, SQL text or
 // arguments, so nothing a row contains reaches a metric or a span through
 // this package.
@@ -33,6 +38,7 @@
 //	txretry.call.attempts         Int64Histogram       {attempt}       txretry.outcome
 //	txretry.call.duration         Float64Histogram     s               txretry.outcome
 //	txretry.wait.duration         Float64Histogram     s               txretry.outcome
+//	txretry.queue.duration        Float64Histogram     s               txretry.outcome
 //	txretry.attempt.failures      Int64Counter         {failure}       txretry.class, db.response.status_code, error.type
 //	txretry.retries               Int64Counter         {retry}         (none)
 //	txretry.commit.uncertain      Int64Counter         {commit}        db.response.status_code, error.type
@@ -46,9 +52,14 @@
 //   - txretry.call.attempts records the attempts of each call, the first one
 //     included (1 for a first-try success).
 //   - txretry.call.duration records each call's duration, attempts and
-//     waits included; txretry.wait.duration the part of it spent waiting
-//     between attempts (0 for a call that did not retry). Its sum is the
-//     latency that retries added.
+//     waits included; txretry.wait.duration the part of it spent in backoff
+//     waits between attempts (0 for a call that did not retry), and
+//     txretry.queue.duration the part spent waiting for the contention
+//     manager's admission before its attempts. The contention manager is on
+//     by default for each database handle, and its queue then spaces retries
+//     instead of the default backoff: the wait is often 0 and the queue time
+//     is where contention shows. Their sums are the latency that contention
+//     added.
 //   - txretry.attempt.failures counts failed attempts; txretry.class is
 //     "retryable" (a serialization failure, deadlock or other error the
 //     classifier retries), "permanent" or "uncertain". Retryable failures by
@@ -63,24 +74,28 @@
 //
 // # Spans
 //
-// Each call that starts an attempt gets one span of kind internal, named
-// "txretry" or "txretry <label>", a child of the span in the call's
-// context. (The observer cannot change the context handed to fn, so spans
-// of the statements fn runs are its siblings, not its children.) Its events are txretry.attempt.started (txretry.attempt),
-// txretry.attempt.failed (txretry.attempt, txretry.class, txretry.duration
-// in seconds, db.response.status_code, error.type), txretry.retry.scheduled
-// (txretry.attempt, txretry.delay in seconds) and txretry.commit.verified
-// (txretry.verifier, txretry.verification and the verifier's error code).
-// When the call returns, the span gets txretry.outcome, txretry.attempts and
-// txretry.waited (seconds); a call that did not commit also gets status
-// Error (described by its outcome), error.type (the last failure's code,
-// else its Go type, else the outcome) and db.response.status_code if known.
+// Each call gets one span of kind internal, named "txretry" or
+// "txretry <label>", started before the first attempt as a child of the
+// span in the caller's context. The context fn receives carries it, so the
+// spans of the statements fn runs (with an instrumented driver, or spans of
+// its own) are its children, attempt after attempt. Concurrent calls may
+// share a context: each call's span is its own.
 //
-// The observer learns of a call only through its events, which carry the
-// caller's context: it keeps the span of a call in flight keyed by that
-// context. Concurrent calls must therefore each have their own context (a
-// context derived per call, such as a request's context or one returned by
-// tracer.Start, is enough); if two calls are in flight on the same context
-// at once, their events cannot be told apart and their spans end early with
-// txretry.shared_context=true. Metrics are exact in every case.
+// The span's events are txretry.attempt.started (txretry.attempt,
+// txretry.queued: seconds waited for admission before the attempt),
+// txretry.attempt.failed (txretry.attempt, txretry.class, txretry.duration
+// in seconds, db.response.status_code, error.type),
+// txretry.retry.scheduled (txretry.attempt, txretry.delay in seconds) and
+// txretry.commit.verified (txretry.verifier, txretry.verification and the
+// verifier's error code). When the call returns, the span gets
+// txretry.outcome, txretry.attempts, txretry.waited and txretry.queued (in
+// seconds, for the whole call), and ends; a call that did not commit also
+// gets status Error (described by its outcome), error.type (the last
+// failure's code, else its Go type, else the outcome) and
+// db.response.status_code if known. A call whose context ended, or whose
+// time ran out, while it waited for its first admission has a span with
+// txretry.attempts=0.
+//
+// Several tracing observers may observe one call: each finds its own span,
+// and the spans nest in the order the observers were added.
 package otelretry

@@ -50,6 +50,7 @@ func (t firedTimer) Stop() bool          { return false }
 // harness is an observer over in-memory SDK providers.
 type harness struct {
 	obs    *otelretry.Observer
+	tp     *sdktrace.TracerProvider
 	reader *sdkmetric.ManualReader
 	spans  *tracetest.InMemoryExporter
 }
@@ -59,6 +60,7 @@ func newHarness(t testing.TB, opts ...otelretry.Option) *harness {
 	h := &harness{reader: sdkmetric.NewManualReader(), spans: tracetest.NewInMemoryExporter()}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(h.reader))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(h.spans))
+	h.tp = tp
 	t.Cleanup(func() {
 		_ = mp.Shutdown(context.Background())
 		_ = tp.Shutdown(context.Background())
@@ -110,7 +112,7 @@ func (h *harness) metrics(t *testing.T) []string {
 	return out
 }
 
-// metric returns the sum of the values of the named counter over the data
+// counter returns the sum of the values of the named counter over the data
 // points whose attributes include all of want.
 func (h *harness) counter(t *testing.T, name string, want ...attribute.KeyValue) int64 {
 	t.Helper()
@@ -133,6 +135,32 @@ func (h *harness) counter(t *testing.T, name string, want ...attribute.KeyValue)
 		}
 	}
 	return n
+}
+
+// histogram returns the float64 histogram's data points whose attributes
+// include all of want, merged into one (count and sum only).
+func (h *harness) histogram(t *testing.T, name string, want ...attribute.KeyValue) metricdata.HistogramDataPoint[float64] {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := h.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatalf("Collect: %v", err)
+	}
+	var sum metricdata.HistogramDataPoint[float64]
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			d, ok := m.Data.(metricdata.Histogram[float64])
+			if m.Name != name || !ok {
+				continue
+			}
+			for _, p := range d.DataPoints {
+				if hasAll(p.Attributes, want) {
+					sum.Count += p.Count
+					sum.Sum += p.Sum
+				}
+			}
+		}
+	}
+	return sum
 }
 
 func hasAll(s attribute.Set, want []attribute.KeyValue) bool {

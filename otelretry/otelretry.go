@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 
 	"go.opentelemetry.io/otel"
@@ -28,16 +27,16 @@ const (
 	DBResponseStatusCodeKey = attribute.Key("db.response.status_code")
 	ErrorTypeKey            = attribute.Key("error.type")
 
-	OutcomeKey       = attribute.Key("txretry.outcome")
-	ClassKey         = attribute.Key("txretry.class")
-	VerifierKey      = attribute.Key("txretry.verifier")
-	VerificationKey  = attribute.Key("txretry.verification")
-	AttemptKey       = attribute.Key("txretry.attempt")
-	AttemptsKey      = attribute.Key("txretry.attempts")
-	DurationKey      = attribute.Key("txretry.duration")
-	DelayKey         = attribute.Key("txretry.delay")
-	WaitedKey        = attribute.Key("txretry.waited")
-	SharedContextKey = attribute.Key("txretry.shared_context")
+	OutcomeKey      = attribute.Key("txretry.outcome")
+	ClassKey        = attribute.Key("txretry.class")
+	VerifierKey     = attribute.Key("txretry.verifier")
+	VerificationKey = attribute.Key("txretry.verification")
+	AttemptKey      = attribute.Key("txretry.attempt")
+	AttemptsKey     = attribute.Key("txretry.attempts")
+	DurationKey     = attribute.Key("txretry.duration")
+	DelayKey        = attribute.Key("txretry.delay")
+	WaitedKey       = attribute.Key("txretry.waited")
+	QueuedKey       = attribute.Key("txretry.queued")
 )
 
 // Span event names.
@@ -114,16 +113,17 @@ type Observer struct {
 	attempts      metric.Int64Histogram
 	duration      metric.Float64Histogram
 	waited        metric.Float64Histogram
+	queued        metric.Float64Histogram
 	failures      metric.Int64Counter
 	retries       metric.Int64Counter
 	uncertain     metric.Int64Counter
 	verifications metric.Int64Counter
-
-	// calls in flight that have a span, by their context.
-	inflight sync.Map // context.Context -> *call
 }
 
-var _ txretry.Observer = (*Observer)(nil)
+var (
+	_ txretry.Observer    = (*Observer)(nil)
+	_ txretry.CallStarter = (*Observer)(nil)
+)
 
 // durationBuckets are the semantic conventions' advice for
 // db.client.operation.duration, in seconds.
@@ -156,7 +156,7 @@ func NewObserver(opts ...Option) (*Observer, error) {
 		o.system = []attribute.KeyValue{DBSystemNameKey.String(c.dbSystem)}
 	}
 	m := c.mp.Meter(ScopeName)
-	var errs [8]error
+	var errs [9]error
 	o.calls, errs[0] = m.Int64Counter("txretry.calls", metric.WithUnit("{call}"),
 		metric.WithDescription("Calls of RunInTx, by outcome."))
 	o.attempts, errs[1] = m.Int64Histogram("txretry.call.attempts", metric.WithUnit("{attempt}"),
@@ -166,7 +166,10 @@ func NewObserver(opts ...Option) (*Observer, error) {
 		metric.WithDescription("Duration of a call, all attempts and waits included."),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	o.waited, errs[3] = m.Float64Histogram("txretry.wait.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time a call spent waiting between attempts."),
+		metric.WithDescription("Time a call spent in backoff waits between attempts."),
+		metric.WithExplicitBucketBoundaries(append([]float64{0}, durationBuckets...)...))
+	o.queued, errs[8] = m.Float64Histogram("txretry.queue.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time a call spent waiting for the contention manager's admission."),
 		metric.WithExplicitBucketBoundaries(append([]float64{0}, durationBuckets...)...))
 	o.failures, errs[4] = m.Int64Counter("txretry.attempt.failures", metric.WithUnit("{failure}"),
 		metric.WithDescription("Failed attempts, by class and database error code."))
@@ -182,32 +185,75 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
-// call is the span state of the calls in flight on one context.
+// call is the context that StartCall returns: the caller's context with the
+// call's span, and what the span's end needs to know. Observe finds it by
+// its observer, so that several observers of one call (or another tracing
+// observer that starts a span after this one) never mix their spans up.
 type call struct {
-	mu   sync.Mutex
-	span trace.Span
-	// live counts the calls in flight on the context; more than one at a
-	// time makes their events impossible to tell apart.
-	live   int
-	shared bool
+	context.Context
+	o    *Observer
+	span trace.Span // safe for concurrent use
+
+	mu sync.Mutex
 	// code and errType of the current attempt's failure.
 	code, errType string
+}
+
+// callKey asks a context for the call of an observer.
+type callKey struct{ o *Observer }
+
+// Value returns c for its observer's callKey, else the value of the
+// context c wraps.
+func (c *call) Value(key any) any {
+	if k, ok := key.(callKey); ok && k.o == c.o {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+// StartCall implements txretry.CallStarter: it starts the call's span, a
+// child of the span in ctx, and returns a context that carries it, so that
+// the spans of the statements fn runs are its children. The span ends when
+// the call's CallFinished event is observed.
+func (o *Observer) StartCall(ctx context.Context, label string) context.Context {
+	if ctx == nil {
+		return ctx
+	}
+	name := "txretry"
+	if label != "" {
+		name += " " + label
+	}
+	ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(o.base(label)...))
+	return &call{Context: ctx, o: o, span: span}
+}
+
+// callOf returns the call that ctx belongs to, or nil for a context that
+// StartCall did not return (nor derive from).
+func (o *Observer) callOf(ctx context.Context) *call {
+	if ctx == nil {
+		return nil
+	}
+	c, _ := ctx.Value(callKey{o}).(*call)
+	return c
 }
 
 // Observe implements txretry.Observer.
 func (o *Observer) Observe(ctx context.Context, e txretry.Event) {
 	switch e.Kind {
 	case txretry.AttemptStarted:
-		o.attemptStarted(ctx, e)
+		c := o.callOf(ctx)
+		c.setFailure("", "")
+		c.event(EventAttemptStarted, AttemptKey.Int(e.Attempt), QueuedKey.Float64(e.Queued.Seconds()))
 	case txretry.AttemptFailed:
 		o.attemptFailed(ctx, e)
 	case txretry.RetryScheduled:
 		o.retries.Add(ctx, 1, metric.WithAttributes(o.base(e.Label)...))
-		o.spanEvent(ctx, EventRetryScheduled, nil, AttemptKey.Int(e.Attempt), DelayKey.Float64(e.Delay.Seconds()))
+		o.callOf(ctx).event(EventRetryScheduled, AttemptKey.Int(e.Attempt), DelayKey.Float64(e.Delay.Seconds()))
 	case txretry.CommitVerified:
 		verifier, result := VerifierKey.String(e.Verifier), VerificationKey.String(e.Verification.String())
 		o.verifications.Add(ctx, 1, metric.WithAttributes(append(o.base(e.Label), verifier, result)...))
-		o.spanEvent(ctx, EventCommitVerified, nil,
+		o.callOf(ctx).event(EventCommitVerified,
 			append([]attribute.KeyValue{verifier, result}, codeAttrs(e.Code, e.ErrType)...)...)
 	case txretry.CallFinished:
 		o.callFinished(ctx, e)
@@ -240,40 +286,6 @@ func codeAttrs(code, errType string) []attribute.KeyValue {
 	return []attribute.KeyValue{DBResponseStatusCodeKey.String(code), ErrorTypeKey.String(errType)}
 }
 
-func (o *Observer) attemptStarted(ctx context.Context, e txretry.Event) {
-	if e.Attempt != 1 {
-		o.spanEvent(ctx, EventAttemptStarted, func(c *call) { c.code, c.errType = "", "" }, AttemptKey.Int(e.Attempt))
-		return
-	}
-	if !keyable(ctx) {
-		return
-	}
-	c := &call{live: 1}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if v, loaded := o.inflight.LoadOrStore(ctx, c); loaded {
-		// Another call is in flight on the same context: their events
-		// cannot be told apart, so the spans of both stop here.
-		prev := v.(*call)
-		prev.mu.Lock()
-		defer prev.mu.Unlock()
-		prev.live++
-		if !prev.shared {
-			prev.shared = true
-			prev.span.SetAttributes(SharedContextKey.Bool(true))
-			prev.span.End()
-		}
-		return
-	}
-	attrs := o.base(e.Label)
-	name := "txretry"
-	if e.Label != "" {
-		name += " " + e.Label
-	}
-	_, c.span = o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
-	c.span.AddEvent(EventAttemptStarted, trace.WithAttributes(AttemptKey.Int(1)))
-}
-
 func (o *Observer) attemptFailed(ctx context.Context, e txretry.Event) {
 	errAttrs := codeAttrs(e.Code, e.ErrType)
 	class := ClassKey.String(e.Class.String())
@@ -281,8 +293,9 @@ func (o *Observer) attemptFailed(ctx context.Context, e txretry.Event) {
 	if e.Class == txretry.Uncertain {
 		o.uncertain.Add(ctx, 1, metric.WithAttributes(append(o.base(e.Label), errAttrs...)...))
 	}
-	o.spanEvent(ctx, EventAttemptFailed, func(c *call) { c.code, c.errType = e.Code, e.ErrType },
-		append([]attribute.KeyValue{AttemptKey.Int(e.Attempt), class, DurationKey.Float64(e.Duration.Seconds())}, errAttrs...)...)
+	c := o.callOf(ctx)
+	c.setFailure(e.Code, e.ErrType)
+	c.event(EventAttemptFailed, append([]attribute.KeyValue{AttemptKey.Int(e.Attempt), class, DurationKey.Float64(e.Duration.Seconds())}, errAttrs...)...)
 }
 
 func (o *Observer) callFinished(ctx context.Context, e txretry.Event) {
@@ -292,25 +305,16 @@ func (o *Observer) callFinished(ctx context.Context, e txretry.Event) {
 	o.attempts.Record(ctx, int64(e.Attempts), set)
 	o.duration.Record(ctx, e.Duration.Seconds(), set)
 	o.waited.Record(ctx, e.Waited.Seconds(), set)
+	o.queued.Record(ctx, e.Queued.Seconds(), set)
 
-	if e.Attempts < 1 || !keyable(ctx) {
-		return // no attempt started, so no span
-	}
-	v, ok := o.inflight.Load(ctx)
-	if !ok {
+	c := o.callOf(ctx)
+	if c == nil {
 		return
 	}
-	c := v.(*call)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.live--; c.live == 0 {
-		o.inflight.CompareAndDelete(ctx, c)
-	}
-	if c.shared {
-		return
-	}
 	c.span.SetAttributes(OutcomeKey.String(e.Outcome.String()), AttemptsKey.Int(e.Attempts),
-		WaitedKey.Float64(e.Waited.Seconds()))
+		WaitedKey.Float64(e.Waited.Seconds()), QueuedKey.Float64(e.Queued.Seconds()))
 	if e.Outcome != txretry.Committed {
 		// The last failure explains an exhausted, failed or uncertain call,
 		// not a cancelled or panicked one.
@@ -329,33 +333,20 @@ func (o *Observer) callFinished(ctx context.Context, e txretry.Event) {
 	c.span.End()
 }
 
-// spanEvent adds an event to the span of the call in flight on ctx, if it
-// has one, after calling update (if not nil) on its state.
-func (o *Observer) spanEvent(ctx context.Context, name string, update func(*call), attrs ...attribute.KeyValue) {
-	if !keyable(ctx) {
+// setFailure records the current attempt's failure, if there is a call.
+func (c *call) setFailure(code, errType string) {
+	if c == nil {
 		return
 	}
-	v, ok := o.inflight.Load(ctx)
-	if !ok {
-		return
-	}
-	c := v.(*call)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.shared {
-		return
-	}
-	if update != nil {
-		update(c)
-	}
-	c.span.AddEvent(name, trace.WithAttributes(attrs...))
+	c.code, c.errType = code, errType
 }
 
-// keyable reports whether ctx can key a map without panicking.
-func keyable(ctx context.Context) bool {
-	if ctx == nil {
-		return false
+// event adds an event to the call's span, if there is a call.
+func (c *call) event(name string, attrs ...attribute.KeyValue) {
+	if c == nil {
+		return
 	}
-	v := reflect.ValueOf(ctx)
-	return v.Kind() == reflect.Pointer || v.Comparable()
+	c.span.AddEvent(name, trace.WithAttributes(attrs...))
 }
