@@ -32,7 +32,11 @@
 //     out of retries, ended with an uncertain commit or was cancelled between
 //     attempts. Attributes: outcome ("committed", "permanent_error",
 //     "exhausted", "uncertain", "cancelled", "panicked"), attempts, duration
-//     (of the whole call), waited (time spent between attempts). The level is
+//     (of the whole call), waited (time spent in backoff waits between
+//     attempts), queued (time spent waiting for the contention manager's
+//     admission; with the contention manager on, the default, its queue
+//     spaces retries instead of backoff, so waited is often 0 and the
+//     waiting shows here). The level is
 //     Warn ([WithProblemLevel]) for "exhausted", "uncertain" and "panicked",
 //     Info ([WithRetryLevel]) otherwise.
 //   - "txretry: permanent failure" and "txretry: retry scheduled" (Debug;

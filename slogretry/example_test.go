@@ -46,6 +46,6 @@ func Example() {
 	fmt.Println("err:", err)
 	// Output:
 	// level=INFO msg="txretry: retryable failure" label=debit attempt=1 code=40001 err_type=fakedb.SQLStateError duration=0s
-	// level=INFO msg="txretry: call finished" label=debit outcome=committed attempts=2 duration=0s waited=0s
+	// level=INFO msg="txretry: call finished" label=debit outcome=committed attempts=2 duration=0s waited=0s queued=0s
 	// err: <nil>
 }

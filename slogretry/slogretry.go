@@ -101,7 +101,7 @@ func (o *observer) Observe(ctx context.Context, e txretry.Event) {
 	case txretry.CallFinished:
 		l.LogAttrs(ctx, level, msg, label, slog.String("outcome", e.Outcome.String()),
 			slog.Int("attempts", e.Attempts), slog.Duration("duration", e.Duration),
-			slog.Duration("waited", e.Waited))
+			slog.Duration("waited", e.Waited), slog.Duration("queued", e.Queued))
 	}
 }
 

@@ -119,7 +119,7 @@ func TestObserverLines(t *testing.T) {
 			want: []string{
 				`{"level":"INFO","msg":"txretry: retryable failure","label":"transfer","attempt":1,"code":"40001","err_type":"fakedb.SQLStateError","duration":0}`,
 				`{"level":"INFO","msg":"txretry: retryable failure","label":"transfer","attempt":2,"code":"40001","err_type":"fakedb.SQLStateError","duration":0}`,
-				`{"level":"INFO","msg":"txretry: call finished","label":"transfer","outcome":"committed","attempts":3,"duration":10000000,"waited":10000000}`,
+				`{"level":"INFO","msg":"txretry: call finished","label":"transfer","outcome":"committed","attempts":3,"duration":10000000,"waited":10000000,"queued":0}`,
 			},
 		},
 		{
@@ -131,7 +131,7 @@ func TestObserverLines(t *testing.T) {
 			want: []string{
 				`{"level":"INFO","msg":"txretry: retryable failure","label":"transfer","attempt":1,"code":"40001","err_type":"fakedb.SQLStateError","duration":0}`,
 				`{"level":"DEBUG","msg":"txretry: retry scheduled","label":"transfer","attempt":1,"delay":5000000}`,
-				`{"level":"INFO","msg":"txretry: call finished","label":"transfer","outcome":"committed","attempts":2,"duration":5000000,"waited":5000000}`,
+				`{"level":"INFO","msg":"txretry: call finished","label":"transfer","outcome":"committed","attempts":2,"duration":5000000,"waited":5000000,"queued":0}`,
 			},
 		},
 		{
@@ -144,7 +144,7 @@ func TestObserverLines(t *testing.T) {
 			want: []string{
 				`{"level":"INFO","msg":"txretry: retryable failure","label":"transfer","attempt":1,"code":"40001","err_type":"fakedb.SQLStateError","duration":0}`,
 				`{"level":"INFO","msg":"txretry: retryable failure","label":"transfer","attempt":2,"code":"40001","err_type":"fakedb.SQLStateError","duration":0}`,
-				`{"level":"WARN","msg":"txretry: call finished","label":"transfer","outcome":"exhausted","attempts":2,"duration":5000000,"waited":5000000}`,
+				`{"level":"WARN","msg":"txretry: call finished","label":"transfer","outcome":"exhausted","attempts":2,"duration":5000000,"waited":5000000,"queued":0}`,
 			},
 		},
 		{
@@ -157,7 +157,7 @@ func TestObserverLines(t *testing.T) {
 				`{"level":"INFO","msg":"txretry: retryable failure","label":"transfer","attempt":1,"code":"40001","err_type":"fakedb.SQLStateError","duration":0}`,
 				`{"level":"DEBUG","msg":"txretry: retry scheduled","label":"transfer","attempt":1,"delay":5000000}`,
 				`{"level":"DEBUG","msg":"txretry: permanent failure","label":"transfer","attempt":2,"code":"23505","err_type":"fakedb.SQLStateError","duration":0}`,
-				`{"level":"INFO","msg":"txretry: call finished","label":"transfer","outcome":"permanent_error","attempts":2,"duration":5000000,"waited":5000000}`,
+				`{"level":"INFO","msg":"txretry: call finished","label":"transfer","outcome":"permanent_error","attempts":2,"duration":5000000,"waited":5000000,"queued":0}`,
 			},
 		},
 		{
@@ -168,7 +168,7 @@ func TestObserverLines(t *testing.T) {
 			},
 			want: []string{
 				`{"level":"WARN","msg":"txretry: commit outcome unknown","label":"transfer","attempt":1,"code":"08006","err_type":"fakedb.SQLStateError","duration":0}`,
-				`{"level":"WARN","msg":"txretry: call finished","label":"transfer","outcome":"uncertain","attempts":1,"duration":0,"waited":0}`,
+				`{"level":"WARN","msg":"txretry: call finished","label":"transfer","outcome":"uncertain","attempts":1,"duration":0,"waited":0,"queued":0}`,
 			},
 		},
 		{
@@ -196,7 +196,7 @@ func TestObserverLines(t *testing.T) {
 			want: []string{
 				`{"level":"WARN","msg":"txretry: commit outcome unknown","label":"transfer","attempt":1,"code":"08006","err_type":"fakedb.SQLStateError","duration":0}`,
 				`{"level":"WARN","msg":"txretry: commit unresolved","label":"transfer","verifier":"callback","verification":"unresolved","code":"08006","err_type":"fakedb.SQLStateError"}`,
-				`{"level":"WARN","msg":"txretry: call finished","label":"transfer","outcome":"uncertain","attempts":1,"duration":0,"waited":0}`,
+				`{"level":"WARN","msg":"txretry: call finished","label":"transfer","outcome":"uncertain","attempts":1,"duration":0,"waited":0,"queued":0}`,
 			},
 		},
 		{
@@ -211,7 +211,7 @@ func TestObserverLines(t *testing.T) {
 			opts: []txretry.Option{txretry.WithBackoff(txretry.Constant(0))},
 			want: []string{
 				`{"level":"INFO","msg":"txretry: retryable failure","label":"transfer","attempt":1,"code":"40001","err_type":"fakedb.SQLStateError","duration":0}`,
-				`{"level":"INFO","msg":"txretry: call finished","label":"transfer","outcome":"cancelled","attempts":1,"duration":0,"waited":0}`,
+				`{"level":"INFO","msg":"txretry: call finished","label":"transfer","outcome":"cancelled","attempts":1,"duration":0,"waited":0,"queued":0}`,
 			},
 		},
 	}
@@ -264,7 +264,7 @@ func TestLevelOptions(t *testing.T) {
 	want := []string{
 		`{"level":"DEBUG","msg":"txretry: retryable failure","label":"","attempt":1,"code":"40001","err_type":"fakedb.SQLStateError","duration":0}`,
 		`{"level":"DEBUG","msg":"txretry: retryable failure","label":"","attempt":2,"code":"40001","err_type":"fakedb.SQLStateError","duration":0}`,
-		`{"level":"ERROR","msg":"txretry: call finished","label":"","outcome":"exhausted","attempts":2,"duration":1000000,"waited":1000000}`,
+		`{"level":"ERROR","msg":"txretry: call finished","label":"","outcome":"exhausted","attempts":2,"duration":1000000,"waited":1000000,"queued":0}`,
 	}
 	if got := lines(&buf); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -278,8 +278,9 @@ func TestNilLoggerUsesDefault(t *testing.T) {
 	defer slog.SetDefault(old)
 	slogretry.New(nil).Observe(context.Background(), txretry.Event{
 		Kind: txretry.CallFinished, Label: "x", Outcome: txretry.Exhausted, Attempts: 3,
+		Duration: 9 * time.Millisecond, Waited: time.Millisecond, Queued: 7 * time.Millisecond,
 	})
-	want := `{"level":"WARN","msg":"txretry: call finished","label":"x","outcome":"exhausted","attempts":3,"duration":0,"waited":0}`
+	want := `{"level":"WARN","msg":"txretry: call finished","label":"x","outcome":"exhausted","attempts":3,"duration":9000000,"waited":1000000,"queued":7000000}`
 	if got := strings.TrimSpace(buf.String()); got != want {
 		t.Errorf("line %s, want %s", got, want)
 	}
