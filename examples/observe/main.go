@@ -148,7 +148,7 @@ func observe(ctx context.Context, ns dbconn.Namespace, cfg config, w io.Writer) 
 	}
 	var spans sdktrace.SpanExporter = texp
 	if !cfg.allSpans {
-		spans = retriedOnly{texp}
+		spans = newRetriedOnly(texp)
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 
@@ -157,16 +157,20 @@ func observe(ctx context.Context, ns dbconn.Namespace, cfg config, w io.Writer) 
 	if err != nil {
 		return sum, err
 	}
-	logger := slog.New(slog.NewTextHandler(out, nil))
-	obs := txretry.ObserverFunc(func(ctx context.Context, e txretry.Event) {
-		tel.Observe(ctx, e)
-		slogretry.New(logger).Observe(ctx, e)
+	logs := slogretry.New(slog.New(slog.NewTextHandler(out, nil)))
+	// The program's own count of attempts, to print in the summary.
+	count := txretry.ObserverFunc(func(_ context.Context, e txretry.Event) {
 		if e.Kind == txretry.CallFinished {
 			atomic.AddInt64(&sum.attempts, int64(e.Attempts))
 		}
 	})
 
+	// The context fn receives carries the call's span: the spans started in
+	// fn (here one per attempt, or an instrumented driver's) are its children.
+	app := tp.Tracer("observe")
 	increment := func(ctx context.Context, tx *sql.Tx) error {
+		ctx, span := app.Start(ctx, "fn")
+		defer span.End()
 		var n int64
 		if err := tx.QueryRowContext(ctx, "SELECT n FROM "+hot+" WHERE id = 1").Scan(&n); err != nil {
 			return err
@@ -181,13 +185,10 @@ func observe(ctx context.Context, ns dbconn.Namespace, cfg config, w io.Writer) 
 	for range cfg.workers {
 		wg.Go(func() {
 			for range cfg.calls {
-				// A context per call, so that the observer can tell
-				// concurrent calls' spans apart.
-				callCtx, end := context.WithCancel(ctx)
-				err := txretry.RunInTx(callCtx, db, increment, txretry.WithObserver(obs),
+				err := txretry.RunInTx(ctx, db, increment,
+					txretry.WithObserver(tel), txretry.WithObserver(logs), txretry.WithObserver(count),
 					txretry.WithLabel("increment"), txretry.WithIsolation(sql.LevelSerializable),
 					txretry.WithMaxAttempts(50))
-				end()
 				atomic.AddInt64(&sum.calls, 1)
 				if err != nil {
 					errs <- err
@@ -216,23 +217,52 @@ func observe(ctx context.Context, ns dbconn.Namespace, cfg config, w io.Writer) 
 }
 
 // retriedOnly exports the spans of calls that did not commit on their first
-// attempt.
-type retriedOnly struct{ sdktrace.SpanExporter }
+// attempt, each preceded by the spans of its fn. A span of fn ends before its
+// call's span, which decides whether it is kept: until then it waits, by its
+// parent's span ID.
+type retriedOnly struct {
+	sdktrace.SpanExporter
 
-func (r retriedOnly) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	mu       sync.Mutex
+	children map[string][]sdktrace.ReadOnlySpan
+}
+
+func newRetriedOnly(e sdktrace.SpanExporter) *retriedOnly {
+	return &retriedOnly{SpanExporter: e, children: map[string][]sdktrace.ReadOnlySpan{}}
+}
+
+func (r *retriedOnly) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
 	var keep []sdktrace.ReadOnlySpan
+	r.mu.Lock()
 	for _, s := range spans {
-		for _, a := range s.Attributes() {
-			if a.Key == otelretry.AttemptsKey && a.Value.AsInt64() > 1 || a.Key == otelretry.OutcomeKey && a.Value.AsString() != "committed" {
-				keep = append(keep, s)
-				break
-			}
+		if s.InstrumentationScope().Name != otelretry.ScopeName {
+			parent := s.Parent().SpanID().String()
+			r.children[parent] = append(r.children[parent], s)
+			continue
+		}
+		id := s.SpanContext().SpanID().String()
+		children := r.children[id]
+		delete(r.children, id)
+		if retried(s) {
+			keep = append(append(keep, children...), s)
 		}
 	}
+	r.mu.Unlock()
 	if len(keep) == 0 {
 		return nil
 	}
 	return r.SpanExporter.ExportSpans(ctx, keep)
+}
+
+// retried reports whether a call's span is of a call that did not commit on
+// its first attempt.
+func retried(s sdktrace.ReadOnlySpan) bool {
+	for _, a := range s.Attributes() {
+		if a.Key == otelretry.AttemptsKey && a.Value.AsInt64() > 1 || a.Key == otelretry.OutcomeKey && a.Value.AsString() != "committed" {
+			return true
+		}
+	}
+	return false
 }
 
 // lockedWriter serializes writes to w.
