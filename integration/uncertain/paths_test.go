@@ -47,8 +47,8 @@ func paths(t *testing.T) []*path {
 	return []*path{pgxNative(t), pgxStdlib(t), mysqlPath(t)}
 }
 
-func pgPlaceholder(n int) string  { return "$" + strconv.Itoa(n) }
-func myPlaceholder(int) string    { return "?" }
+func pgPlaceholder(n int) string         { return "$" + strconv.Itoa(n) }
+func myPlaceholder(int) string           { return "?" }
 func hostPort(h string, p uint16) string { return net.JoinHostPort(h, strconv.Itoa(int(p))) }
 
 func startProxy(t *testing.T, upstream string, proto faultproxy.Protocol) *faultproxy.Proxy {
