@@ -26,13 +26,23 @@ func TestContentionManagerWidthAdapts(t *testing.T) {
 	m := newManager(t, 0)
 	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(2, errSerialization)})
 	var calls atomic.Int32
-	// Two conflicts halve the width twice; the commit adds 1/width.
+	// Two conflicts halve the width twice.
 	err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock), txretry.WithContentionManager(m))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := m.Width(), 16+1.0/16; got != want {
-		t.Fatalf("width %v, want %v", got, want)
+	if got := m.Width(); got != 16 {
+		t.Fatalf("width %v, want 16", got)
+	}
+	// 16 x 16 conflict-free attempts (this call's commit was the first)
+	// double it again.
+	for range 16*16 - 1 {
+		if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock), txretry.WithContentionManager(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := m.Width(); got != 32 {
+		t.Fatalf("width %v after a streak, want 32", got)
 	}
 	if len(f.clock.Waits()) != 0 {
 		t.Fatalf("waits %v: with a contention manager and the default backoff, the queue spaces retries", f.clock.Waits())
