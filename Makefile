@@ -35,6 +35,10 @@ lint:
 demo:
 	cd examples && $(GO) run ./bank
 
+## bench: retry policies side by side under contention (BENCHFLAGS="-workload hot -repeat 3 -tsv bench.tsv")
+bench:
+	cd integration && TXRETRY_PG_DSN="$${TXRETRY_PG_DSN:-$(PG_DSN)}" TXRETRY_MYSQL_DSN="$${TXRETRY_MYSQL_DSN:-$(MYSQL_DSN)}" $(GO) run ./txbench $(BENCHFLAGS)
+
 ## env: print the DSN exports for the local servers of a development machine
 env:
 	@echo "export TXRETRY_PG_DSN='$(PG_DSN)'"
