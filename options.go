@@ -87,7 +87,11 @@ func WithMaxAttempts(n int) Option {
 }
 
 // WithBackoff sets the wait between attempts. Default: DefaultBackoff(),
-// full jitter over an exponential delay from 2 ms capped at 250 ms.
+// full jitter over an exponential delay from 2 ms capped at 250 ms, used
+// when no contention manager is in force (WithoutContentionManager, or a
+// handle without a default manager). With a contention manager and no
+// WithBackoff, retries wait in the manager's queue instead of sleeping; an
+// explicit WithBackoff applies in addition to the queue.
 func WithBackoff(b Backoff) Option {
 	return func(c *config) {
 		if b == nil {
