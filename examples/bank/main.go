@@ -7,11 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/txretry/txretry/examples/internal/cli"
 	"github.com/txretry/txretry/examples/internal/dbconn"
 )
 
@@ -22,7 +21,7 @@ func main() {
 // options are the command line's.
 type options struct {
 	config
-	db        string
+	engines   []dbconn.Engine
 	namespace string
 	timeout   time.Duration
 }
@@ -30,6 +29,7 @@ type options struct {
 // parseFlags parses the command line.
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
+	var db string
 	fs := flag.NewFlagSet("bank", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.workers, "workers", 32, "concurrent workers")
@@ -39,78 +39,44 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.maxAmount, "max-amount", 50, "largest amount of one transfer")
 	fs.DurationVar(&o.deadline, "deadline", 5*time.Second, "deadline of each call, retries included")
 	fs.IntVar(&o.maxAttempts, "max-attempts", 10, "attempts per call, the first included")
-	fs.StringVar(&o.db, "db", "all", "databases to run on: all, postgres or mysql")
+	fs.StringVar(&db, "db", "all", "databases to run on: all, postgres or mysql")
 	fs.StringVar(&o.namespace, "namespace", "txretry_demo", "schema (PostgreSQL) or database (MySQL) for the demo's tables")
 	fs.DurationVar(&o.timeout, "timeout", 50*time.Second, "bound of the whole run, containers excepted")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return o, err
 	}
-	switch {
-	case fs.NArg() > 0:
-		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	case o.workers < 1 || o.transfers < 1 || o.accounts < 2 || o.balance < 0 ||
-		o.maxAmount < 1 || o.deadline <= 0 || o.maxAttempts < 1 || o.timeout <= 0:
+	if o.workers < 1 || o.transfers < 1 || o.accounts < 2 || o.balance < 0 ||
+		o.maxAmount < 1 || o.deadline <= 0 || o.maxAttempts < 1 || o.timeout <= 0 {
 		return o, errors.New("-workers, -transfers, -max-amount, -max-attempts, -deadline and -timeout must be positive, -accounts at least 2")
 	}
-	if _, err := enginesFor(o.db); err != nil {
-		return o, err
-	}
-	return o, nil
-}
-
-// enginesFor maps the -db flag to engines.
-func enginesFor(db string) ([]dbconn.Engine, error) {
-	switch db {
-	case "all":
-		return []dbconn.Engine{dbconn.Postgres, dbconn.MySQL}, nil
-	case "postgres":
-		return []dbconn.Engine{dbconn.Postgres}, nil
-	case "mysql":
-		return []dbconn.Engine{dbconn.MySQL}, nil
-	default:
-		return nil, fmt.Errorf("-db %q: want all, postgres or mysql", db)
-	}
+	var err error
+	o.engines, err = cli.Engines(db)
+	return o, err
 }
 
 // run is the program; it returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		fmt.Fprintln(stderr, "bank:", err)
-		return 2
+		return cli.UsageStatus("bank", err, stderr)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	p := cli.Program{Name: "bank", Engines: o.engines, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
+	return p.Run(func(ctx context.Context, servers []*dbconn.Server, findErr error) int {
+		return demo(ctx, servers, findErr, o, stdout)
+	})
+}
 
-	engines, _ := enginesFor(o.db)
-	servers, findErr := dbconn.FindAll(ctx, engines...)
-	defer func() {
-		for _, s := range servers {
-			if err := s.Close(); err != nil {
-				fmt.Fprintf(stderr, "bank: terminate %s: %v\n", s, err)
-			}
-		}
-	}()
-
-	// The demo's own bound starts once the servers are there: pulling
-	// and starting containers is bounded by dbconn.ContainerTimeout.
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-
-	fmt.Fprintf(stdout, "txretry demo: %d workers × %d transfers among %d accounts, SERIALIZABLE, at most %d attempts and %v per call\n",
+// demo runs the demo with every driver on every server found, prints its
+// reports to w and returns the exit status.
+func demo(ctx context.Context, servers []*dbconn.Server, findErr error, o options, w io.Writer) int {
+	fmt.Fprintf(w, "txretry demo: %d workers × %d transfers among %d accounts, SERIALIZABLE, at most %d attempts and %v per call\n",
 		o.workers, o.transfers, o.accounts, o.maxAttempts, o.deadline)
-	ok := true
 	for _, err := range unwrapJoin(findErr) {
-		fmt.Fprintf(stdout, "\n%v\n", err)
-		if ue, _ := errors.AsType[*dbconn.UnavailableError](err); ue == nil || ue.Configured {
-			ok = false // a DSN that is set but broken is an error, not a skip
-		}
+		fmt.Fprintf(w, "\n%v\n", err)
 	}
+	ok := !cli.Misconfigured(findErr) // a DSN that is set but broken is an error, not a skip
 	if len(servers) == 0 {
-		fmt.Fprintln(stdout, "\nFAIL: no database reachable; set TXRETRY_PG_DSN and/or TXRETRY_MYSQL_DSN, or start Docker")
+		fmt.Fprintln(w, "\nFAIL: no database reachable; set TXRETRY_PG_DSN and/or TXRETRY_MYSQL_DSN, or start Docker")
 		return 1
 	}
 
@@ -118,30 +84,30 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for _, srv := range servers {
 		ns, err := srv.Namespace(ctx, o.namespace)
 		if err != nil {
-			fmt.Fprintf(stdout, "\n%s: %v\n", srv, err)
+			fmt.Fprintf(w, "\n%s: %v\n", srv, err)
 			ok = false
 			continue
 		}
-		fmt.Fprintf(stdout, "\n%s, %s\n", srv, ns.Where)
+		fmt.Fprintf(w, "\n%s, %s\n", srv, ns.Where)
 		for _, d := range driversFor(srv.Engine) {
 			rep, err := runBank(ctx, srv, ns, d, o.config)
-			printReport(stdout, rep)
+			printReport(w, rep)
 			if err != nil {
-				fmt.Fprintf(stdout, "    error       %v\n", err)
+				fmt.Fprintf(w, "    error       %v\n", err)
 				ok = false
 			}
 			ok = ok && rep.invariant.ok()
 		}
 	}
 	if ctx.Err() != nil {
-		fmt.Fprintf(stdout, "\nstopped early: %v\n", context.Cause(ctx))
+		fmt.Fprintf(w, "\nstopped early: %v\n", context.Cause(ctx))
 		ok = false
 	}
 	if !ok {
-		fmt.Fprintf(stdout, "\nFAIL (%v)\n", time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(w, "\nFAIL (%v)\n", time.Since(start).Round(time.Millisecond))
 		return 1
 	}
-	fmt.Fprintf(stdout, "\nok: every invariant holds (%v)\n", time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(w, "\nok: every invariant holds (%v)\n", time.Since(start).Round(time.Millisecond))
 	return 0
 }
 

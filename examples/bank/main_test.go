@@ -114,11 +114,9 @@ func TestCheckDetectsViolations(t *testing.T) {
 // when the servers come from the environment (with containers, run would
 // start containers of its own).
 func TestRun(t *testing.T) {
-	srv := dbconntest.Server(t, dbconn.Postgres)
-	if srv.Source != dbconn.EnvPGDSN {
-		t.Skip("PostgreSQL is a container; run would start another one")
-	}
-	args := []string{"-db", "postgres", "-namespace", "txretry_test_bank_run",
+	srv := dbconntest.EnvServer(t, dbconn.Postgres)
+	ns := dbconntest.Namespace(t, srv, "txretry_test_bank_run")
+	args := []string{"-db", "postgres", "-namespace", ns.Name,
 		"-workers", "4", "-transfers", "5", "-accounts", "3"}
 	var stdout, stderr bytes.Buffer
 	code := run(args, &stdout, &stderr)
@@ -126,15 +124,6 @@ func TestRun(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout.String(), "ok: every invariant holds") {
 		t.Errorf("run = %d, want 0 and every invariant holding", code)
 	}
-	t.Cleanup(func() {
-		ns, err := srv.Namespace(context.Background(), "txretry_test_bank_run")
-		if err == nil {
-			err = ns.Drop(context.Background())
-		}
-		if err != nil {
-			t.Error(err)
-		}
-	})
 }
 
 func TestFlags(t *testing.T) {

@@ -9,10 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
@@ -22,6 +20,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/examples/internal/cli"
 	"github.com/txretry/txretry/examples/internal/dbconn"
 	"github.com/txretry/txretry/otelretry"
 	"github.com/txretry/txretry/slogretry"
@@ -45,6 +44,7 @@ type options struct {
 	timeout   time.Duration
 }
 
+// parseFlags parses the command line.
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("observe", flag.ContinueOnError)
@@ -54,13 +54,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.allSpans, "all-spans", false, "print the spans of first-try commits too")
 	fs.StringVar(&o.namespace, "namespace", "txretry_observe", "schema for the program's table")
 	fs.DurationVar(&o.timeout, "timeout", 50*time.Second, "bound of the whole run, containers excepted")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return o, err
 	}
-	switch {
-	case fs.NArg() > 0:
-		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	case o.workers < 1 || o.calls < 1 || o.timeout <= 0:
+	if o.workers < 1 || o.calls < 1 || o.timeout <= 0 {
 		return o, errors.New("-workers, -calls and -timeout must be positive")
 	}
 	return o, nil
@@ -69,40 +66,33 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 // run is the program; it returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		fmt.Fprintln(stderr, "observe:", err)
-		return 2
+		return cli.UsageStatus("observe", err, stderr)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	srv, err := dbconn.Find(ctx, dbconn.Postgres)
-	if err != nil {
-		fmt.Fprintf(stdout, "FAIL: %v\n", err)
-		return 1
-	}
-	defer func() {
-		if err := srv.Close(); err != nil {
-			fmt.Fprintf(stderr, "observe: terminate %s: %v\n", srv, err)
+	p := cli.Program{Name: "observe", Engines: []dbconn.Engine{dbconn.Postgres}, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
+	return p.Run(func(ctx context.Context, servers []*dbconn.Server, findErr error) int {
+		if findErr != nil {
+			fmt.Fprintf(stdout, "FAIL: %v\n", findErr)
+			return 1
 		}
-	}()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
+		return demo(ctx, servers[0], o, stdout)
+	})
+}
+
+// demo runs the program on srv, printing to w, and returns the exit status.
+func demo(ctx context.Context, srv *dbconn.Server, o options, w io.Writer) int {
 	ns, err := srv.Namespace(ctx, o.namespace)
 	if err != nil {
-		fmt.Fprintf(stdout, "FAIL: %s: %v\n", srv, err)
+		fmt.Fprintf(w, "FAIL: %s: %v\n", srv, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s, %s: %d workers × %d increments of one row, SERIALIZABLE\n\n", srv, ns.Where, o.workers, o.calls)
-	sum, err := observe(ctx, ns, o.config, stdout)
+	fmt.Fprintf(w, "%s, %s: %d workers × %d increments of one row, SERIALIZABLE\n\n", srv, ns.Where, o.workers, o.calls)
+	sum, err := observe(ctx, ns, o.config, w)
 	if err != nil {
-		fmt.Fprintf(stdout, "\nFAIL: %v\n", err)
+		fmt.Fprintf(w, "\nFAIL: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "\nok: %d calls, %d committed, %d attempts; the counter is %d\n", sum.calls, sum.committed, sum.attempts, sum.counter)
+	fmt.Fprintf(w, "\nok: %d calls, %d committed, %d attempts; the counter is %d\n", sum.calls, sum.committed, sum.attempts, sum.counter)
 	return 0
 }
 
@@ -133,7 +123,7 @@ func observe(ctx context.Context, ns dbconn.Namespace, cfg config, w io.Writer) 
 	}
 
 	// Writes from several exporters and the logger share w.
-	out := &lockedWriter{w: w}
+	out := cli.SyncWriter(w)
 
 	// Metrics: read once, at shutdown.
 	mexp, err := stdoutmetric.New(stdoutmetric.WithWriter(out), stdoutmetric.WithoutTimestamps())
@@ -263,16 +253,4 @@ func retried(s sdktrace.ReadOnlySpan) bool {
 		}
 	}
 	return false
-}
-
-// lockedWriter serializes writes to w.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

@@ -8,12 +8,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
+	"github.com/txretry/txretry/examples/internal/cli"
 	"github.com/txretry/txretry/examples/internal/dbconn"
 )
 
@@ -24,7 +22,7 @@ func main() {
 // options are the command line's.
 type options struct {
 	command     string // "run" or "reprocess"
-	db          string
+	engines     []dbconn.Engine
 	namespace   string
 	jobs        int
 	workers     int
@@ -40,6 +38,7 @@ type options struct {
 // parseFlags parses the command line: an optional subcommand, then flags.
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o := options{command: "run"}
+	var db string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		o.command, args = args[0], args[1:]
 	}
@@ -48,7 +47,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	fs := flag.NewFlagSet("outbox "+o.command, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.db, "db", "all", "databases to run on: all, postgres or mysql")
+	fs.StringVar(&db, "db", "all", "databases to run on: all, postgres or mysql")
 	fs.StringVar(&o.namespace, "namespace", "txretry_demo", "schema (PostgreSQL) or database (MySQL) for the tables")
 	fs.IntVar(&o.workers, "workers", 4, "concurrent workers")
 	fs.IntVar(&o.maxAttempts, "max-attempts", 5, "attempts per job's call, the first included")
@@ -62,103 +61,35 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fs.BoolVar(&o.fixed, "fixed", true, "process with the simulated failures switched off, as after a fix")
 		fs.BoolVar(&o.work, "work", true, "work the queue after moving the dead letters back")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return o, err
 	}
 	switch {
-	case fs.NArg() > 0:
-		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	case o.workers < 1 || o.maxAttempts < 1 || o.processTime < 0 || o.timeout <= 0:
 		return o, errors.New("-workers, -max-attempts and -timeout must be positive")
 	case o.command == "run" && (o.jobs < 1 || o.rejects < 0 || o.poison < 0 || o.rejects+o.poison > o.jobs):
 		return o, errors.New("-jobs must be positive, and -rejects plus -poison at most -jobs")
 	}
-	if _, err := enginesFor(o.db); err != nil {
-		return o, err
-	}
-	return o, nil
-}
-
-// enginesFor maps the -db flag to engines.
-func enginesFor(db string) ([]dbconn.Engine, error) {
-	switch db {
-	case "all":
-		return []dbconn.Engine{dbconn.Postgres, dbconn.MySQL}, nil
-	case "postgres":
-		return []dbconn.Engine{dbconn.Postgres}, nil
-	case "mysql":
-		return []dbconn.Engine{dbconn.MySQL}, nil
-	default:
-		return nil, fmt.Errorf("-db %q: want all, postgres or mysql", db)
-	}
+	var err error
+	o.engines, err = cli.Engines(db)
+	return o, err
 }
 
 // run is the program; it returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		fmt.Fprintln(stderr, "outbox:", err)
-		return 2
+		return cli.UsageStatus("outbox", err, stderr)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	engines, _ := enginesFor(o.db)
-	servers, findErr := dbconn.FindAll(ctx, engines...)
-	defer func() {
-		for _, s := range servers {
-			if err := s.Close(); err != nil {
-				fmt.Fprintf(stderr, "outbox: terminate %s: %v\n", s, err)
-			}
-		}
-	}()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-
-	ok := true
-	if findErr != nil {
-		fmt.Fprintf(stdout, "%v\n\n", findErr)
-		for _, err := range findErr.(interface{ Unwrap() []error }).Unwrap() {
-			if ue, _ := errors.AsType[*dbconn.UnavailableError](err); ue == nil || ue.Configured {
-				ok = false
-			}
-		}
-	}
-	if len(servers) == 0 {
-		fmt.Fprintln(stdout, "FAIL: no database reachable")
-		return 1
-	}
-	for _, srv := range servers {
-		if err := runOn(ctx, srv, o, stdout); err != nil {
-			fmt.Fprintf(stdout, "  FAIL: %v\n\n", err)
-			ok = false
-		}
-	}
-	if !ok {
-		return 1
-	}
-	fmt.Fprintln(stdout, "ok")
-	return 0
-}
-
-// syncWriter serializes writes from the workers' alert hooks.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
+	p := cli.Program{Name: "outbox", Engines: o.engines, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
+	return p.EachServer(func(ctx context.Context, srv *dbconn.Server) error {
+		return runOn(ctx, srv, o, stdout)
+	})
 }
 
 // runOn runs the command on one server.
 func runOn(ctx context.Context, srv *dbconn.Server, o options, stdout io.Writer) error {
-	w := &syncWriter{w: stdout}
+	w := cli.SyncWriter(stdout) // the workers' alert hooks write to it too
 	ns, err := srv.Namespace(ctx, o.namespace)
 	if err != nil {
 		return err

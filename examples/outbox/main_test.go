@@ -135,10 +135,7 @@ func TestOutbox(t *testing.T) {
 // TestRun runs the program's two commands as a user would, when the servers
 // come from the environment.
 func TestRun(t *testing.T) {
-	srv := dbconntest.Server(t, dbconn.Postgres)
-	if srv.Source != dbconn.EnvPGDSN {
-		t.Skip("PostgreSQL is a container; run would start another one")
-	}
+	srv := dbconntest.EnvServer(t, dbconn.Postgres)
 	ns := dbconntest.Namespace(t, srv, "txretry_test_outbox_run")
 	for _, args := range [][]string{
 		{"run", "-db", "postgres", "-namespace", ns.Name, "-jobs", "12", "-workers", "3"},

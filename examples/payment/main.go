@@ -8,13 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/examples/internal/cli"
 	"github.com/txretry/txretry/examples/internal/dbconn"
 )
 
@@ -24,7 +23,7 @@ func main() {
 
 // options are the command line's.
 type options struct {
-	db         string
+	engines    []dbconn.Engine
 	verify     Verify
 	namespace  string
 	balance    int64
@@ -36,97 +35,41 @@ type options struct {
 // parseFlags parses the command line.
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
-	var verify string
+	var db, verify string
 	fs := flag.NewFlagSet("payment", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.db, "db", "all", "databases to run on: all, postgres or mysql")
+	fs.StringVar(&db, "db", "all", "databases to run on: all, postgres or mysql")
 	fs.StringVar(&verify, "verify", "key", "verification of uncertain commits: key (WithVerify probing the idempotency key) or builtin (WithXactStatusVerification / WithCommitMarker)")
 	fs.StringVar(&o.namespace, "namespace", "txretry_demo", "schema (PostgreSQL) or database (MySQL) for the tables")
 	fs.Int64Var(&o.balance, "balance", 1000, "opening balance of the account")
 	fs.Int64Var(&o.amount, "amount", 250, "amount of each payment")
 	fs.IntVar(&o.concurrent, "concurrent", 8, "concurrent calls with one key")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound of the whole run, containers excepted")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return o, err
 	}
 	o.verify = Verify(verify)
 	switch {
-	case fs.NArg() > 0:
-		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	case o.verify != VerifyKey && o.verify != VerifyBuiltin:
 		return o, fmt.Errorf("-verify %q: want key or builtin", verify)
 	case o.amount < 1 || o.balance < 2*o.amount || o.concurrent < 1 || o.timeout <= 0:
 		return o, errors.New("-amount, -concurrent and -timeout must be positive, and -balance at least twice -amount")
 	}
-	if _, err := enginesFor(o.db); err != nil {
-		return o, err
-	}
-	return o, nil
-}
-
-// enginesFor maps the -db flag to engines.
-func enginesFor(db string) ([]dbconn.Engine, error) {
-	switch db {
-	case "all":
-		return []dbconn.Engine{dbconn.Postgres, dbconn.MySQL}, nil
-	case "postgres":
-		return []dbconn.Engine{dbconn.Postgres}, nil
-	case "mysql":
-		return []dbconn.Engine{dbconn.MySQL}, nil
-	default:
-		return nil, fmt.Errorf("-db %q: want all, postgres or mysql", db)
-	}
+	var err error
+	o.engines, err = cli.Engines(db)
+	return o, err
 }
 
 // run is the program; it returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		fmt.Fprintln(stderr, "payment:", err)
-		return 2
+		return cli.UsageStatus("payment", err, stderr)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	engines, _ := enginesFor(o.db)
-	servers, findErr := dbconn.FindAll(ctx, engines...)
-	defer func() {
-		for _, s := range servers {
-			if err := s.Close(); err != nil {
-				fmt.Fprintf(stderr, "payment: terminate %s: %v\n", s, err)
-			}
-		}
-	}()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-
-	ok := true
-	if findErr != nil {
-		fmt.Fprintf(stdout, "%v\n\n", findErr)
-		for _, err := range findErr.(interface{ Unwrap() []error }).Unwrap() {
-			if ue, _ := errors.AsType[*dbconn.UnavailableError](err); ue == nil || ue.Configured {
-				ok = false
-			}
-		}
-	}
-	if len(servers) == 0 {
-		fmt.Fprintln(stdout, "FAIL: no database reachable")
-		return 1
-	}
-	for _, srv := range servers {
-		if err := demo(ctx, srv, o, stdout); err != nil {
-			fmt.Fprintf(stdout, "  FAIL: %v\n\n", err)
-			ok = false
-		}
-	}
-	if !ok {
-		return 1
-	}
-	fmt.Fprintln(stdout, "ok")
-	return 0
+	p := cli.Program{Name: "payment", Engines: o.engines, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
+	return p.EachServer(func(ctx context.Context, srv *dbconn.Server) error {
+		return demo(ctx, srv, o, stdout)
+	})
 }
 
 // attemptCounter counts the attempts of the calls it observes.

@@ -10,14 +10,13 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/examples/internal/cli"
 	"github.com/txretry/txretry/examples/internal/dbconn"
 )
 
@@ -53,12 +52,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.isolation, "isolation", "serializable", "isolation level: serializable, repeatable-read or read-committed")
 	fs.StringVar(&o.namespace, "namespace", "txretry_demo", "PostgreSQL schema for the tables")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound of the whole run, containers excepted")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return o, err
 	}
 	switch _, ok := isolations[o.isolation]; {
-	case fs.NArg() > 0:
-		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	case !ok:
 		return o, fmt.Errorf("-isolation %q: want serializable, repeatable-read or read-committed", o.isolation)
 	case o.customers < 1 || o.orders < 1 || o.stock < 0 || o.timeout <= 0:
@@ -70,41 +67,28 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 // run is the program; it returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		fmt.Fprintln(stderr, "repository:", err)
-		return 2
+		return cli.UsageStatus("repository", err, stderr)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	srv, err := dbconn.Find(ctx, dbconn.Postgres)
-	if err != nil {
-		fmt.Fprintf(stdout, "%v\nFAIL: no database reachable\n", err)
-		return 1
-	}
-	defer func() {
-		if err := srv.Close(); err != nil {
-			fmt.Fprintf(stderr, "repository: terminate %s: %v\n", srv, err)
+	p := cli.Program{Name: "repository", Engines: []dbconn.Engine{dbconn.Postgres}, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
+	return p.Run(func(ctx context.Context, servers []*dbconn.Server, findErr error) int {
+		if findErr != nil {
+			fmt.Fprintf(stdout, "%v\nFAIL: no database reachable\n", findErr)
+			return 1
 		}
-	}()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-
-	rep, err := demo(ctx, srv, o)
-	printReport(stdout, rep)
-	switch {
-	case err != nil:
-		fmt.Fprintf(stdout, "FAIL: %v\n", err)
-		return 1
-	case !rep.ok():
-		fmt.Fprintln(stdout, "FAIL: the invariant does not hold")
-		return 1
-	}
-	fmt.Fprintln(stdout, "ok")
-	return 0
+		rep, err := demo(ctx, servers[0], o)
+		printReport(stdout, rep)
+		switch {
+		case err != nil:
+			fmt.Fprintf(stdout, "FAIL: %v\n", err)
+			return 1
+		case !rep.ok():
+			fmt.Fprintln(stdout, "FAIL: the invariant does not hold")
+			return 1
+		}
+		fmt.Fprintln(stdout, "ok")
+		return 0
+	})
 }
 
 // report is what a run found.

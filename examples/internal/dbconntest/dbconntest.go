@@ -68,6 +68,19 @@ func Server(t testing.TB, e dbconn.Engine) *dbconn.Server {
 	return l.srv
 }
 
+// EnvServer is Server for a test that runs a program as a user would, the
+// program finding its servers itself: it skips t when e's server is a
+// container (it does not come from e's DSN variable), since the program would
+// start a container of its own.
+func EnvServer(t testing.TB, e dbconn.Engine) *dbconn.Server {
+	t.Helper()
+	srv := Server(t, e)
+	if srv.Source != e.EnvVar() {
+		t.Skipf("%s is a container; the program would start another one", e)
+	}
+	return srv
+}
+
 // Namespace returns a fresh namespace called name on srv, dropped when t
 // ends (also before, in case an earlier run left it behind).
 func Namespace(t testing.TB, srv *dbconn.Server, name string) dbconn.Namespace {
