@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/txretry/txretry/internal/core"
 )
@@ -14,11 +15,14 @@ import (
 // starves. Its width (the number of attempts that may run at once) starts at
 // the maximum and halves, never below 1, when an admitted attempt fails with
 // a retryable error; it doubles again, up to the maximum, after a streak of
-// 16 x width attempts without a conflict. So the gate settles where about one
-// attempt in 16 x width conflicts: on a single hot row it stays at 1 or 2
-// (about 1.06 attempts per commit), and after a burst of conflicts in an
-// otherwise calm workload it is fully open again within a few hundred
-// commits. While conflicts are rare the gate is wider than the number of
+// 16 x width attempts without a conflict. A conflict that cost more than a
+// usual commit (a deadlock that PostgreSQL detects only after its 1 s
+// deadlock_timeout) first has to be paid back: the streak starts only after
+// as many commits as the failed attempt lasted in average commit durations.
+// So the gate settles where conflicts cost about one attempt in 16 x width:
+// on a single hot row it stays at 1 or 2 (about 1.06 attempts per commit),
+// and after a burst of conflicts in an otherwise calm workload it is fully
+// open again within a few hundred commits. While conflicts are rare the gate is wider than the number of
 // callers and costs one uncontended mutex; while they are frequent, callers
 // pass one or a few at a time in arrival order.
 //
@@ -36,14 +40,19 @@ type ContentionManager struct {
 	mu      sync.Mutex
 	width   float64
 	max     float64
-	streak  int // attempts without a conflict since the width last changed
+	streak  int           // attempts without a conflict since the width last changed
+	debt    int           // commits to go before the streak counts again
+	avg     time.Duration // moving average of committed attempts' durations
 	inUse   int
 	waiters []*cmWaiter
 }
 
 // cmStreak is how many conflict-free attempts per unit of width double the
-// width.
-const cmStreak = 16
+// width; cmMaxDebt caps what one conflict can cost.
+const (
+	cmStreak  = 16
+	cmMaxDebt = 100_000
+)
 
 type cmWaiter struct {
 	ready   chan struct{}
@@ -115,14 +124,27 @@ func (m *ContentionManager) acquire(ctx context.Context) error {
 }
 
 // release leaves the gate; conflict says the attempt failed with a
-// retryable error.
-func (m *ContentionManager) release(conflict bool) {
+// retryable error, d is how long the attempt took.
+func (m *ContentionManager) release(conflict bool, d time.Duration) {
 	m.mu.Lock()
 	m.inUse--
-	if conflict {
+	switch {
+	case conflict:
 		m.width, m.streak = max(1, m.width/2), 0
-	} else if m.streak++; m.streak >= cmStreak*int(m.width) {
-		m.width, m.streak = min(m.max, m.width*2), 0
+		if m.avg > 0 {
+			m.debt = int(min(int64(m.debt)+int64(d/m.avg), cmMaxDebt))
+		}
+	case m.avg == 0:
+		m.avg = max(d, 1)
+	default:
+		m.avg = max(m.avg+(d-m.avg)/16, 1)
+	}
+	if !conflict {
+		if m.debt > 0 {
+			m.debt--
+		} else if m.streak++; m.streak >= cmStreak*int(m.width) {
+			m.width, m.streak = min(m.max, m.width*2), 0
+		}
 	}
 	m.grantLocked()
 	m.mu.Unlock()

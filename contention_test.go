@@ -3,6 +3,7 @@ package txretry_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -200,5 +201,48 @@ func TestContentionManagerValidation(t *testing.T) {
 	err := txretry.RunInTx(context.Background(), db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(nil))
 	if !errors.Is(err, txretry.ErrInvalidOption) {
 		t.Fatalf("err = %v, want ErrInvalidOption", err)
+	}
+}
+
+// A conflict that lasted much longer than a commit (a deadlock detected
+// after a timeout) is paid back in commits before the gate widens again.
+func TestContentionManagerPaysBackExpensiveConflicts(t *testing.T) {
+	m := newManager(t, 2)
+	var f *fixture
+	var slow atomic.Bool
+	f = newFixture(t, &fakedb.Driver{OnExec: func(context.Context, int, string, []driver.NamedValue) error {
+		if slow.Load() {
+			f.clock.Advance(100 * time.Millisecond)
+			return errDeadlock
+		}
+		f.clock.Advance(time.Millisecond)
+		return nil
+	}})
+	call := func() error {
+		var n atomic.Int32
+		return txretry.RunInTx(context.Background(), f.db, execFn(&n), txretry.WithClock(f.clock), txretry.WithContentionManager(m), txretry.WithMaxAttempts(1))
+	}
+	if err := call(); err != nil { // a 1 ms commit sets the average
+		t.Fatal(err)
+	}
+	slow.Store(true)
+	_ = call() // a 100 ms deadlock: width 2 -> 1, a debt of 100 commits
+	slow.Store(false)
+	if m.Width() != 1 {
+		t.Fatalf("width %v after the conflict, want 1", m.Width())
+	}
+	for i := 1; i < 100+16; i++ {
+		if err := call(); err != nil {
+			t.Fatal(err)
+		}
+		if m.Width() != 1 {
+			t.Fatalf("width %v after %d commits, want 1 until the debt (100) and a streak (16) are done", m.Width(), i)
+		}
+	}
+	if err := call(); err != nil {
+		t.Fatal(err)
+	}
+	if m.Width() != 2 {
+		t.Fatalf("width %v after the debt and a streak, want 2", m.Width())
 	}
 }

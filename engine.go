@@ -177,7 +177,10 @@ func (r *runner) run(ctx context.Context) (err error) {
 		res := r.attempt(ctx, attempt)
 		dur := cfg.clock.Now().Sub(t0)
 		if r.cm != nil {
-			r.cm.release(res.kind == resRetryable)
+			// An attempt cut short because its caller's context ended (a
+			// lock wait that outlived the deadline, typically a deadlock
+			// PostgreSQL has not detected yet) is congestion too.
+			r.cm.release(res.kind == resRetryable || (res.kind == resPermanent && ctx.Err() != nil), dur)
 		}
 		if res.kind != resCommitted {
 			r.observeFailure(ctx, attempt, res, dur)
