@@ -246,3 +246,18 @@ func TestContentionManagerPaysBackExpensiveConflicts(t *testing.T) {
 		t.Fatalf("width %v after the debt and a streak, want 2", m.Width())
 	}
 }
+
+// A panic in fn must not keep the gate's place.
+func TestPanicLeavesTheGate(t *testing.T) {
+	m := newManager(t, 1)
+	f := newFixture(t, &fakedb.Driver{})
+	func() {
+		defer func() { _ = recover() }()
+		_ = txretry.RunInTx(context.Background(), f.db, func(context.Context, *sql.Tx) error { panic("boom") }, txretry.WithContentionManager(m))
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := txretry.RunInTx(ctx, f.db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(m)); err != nil {
+		t.Fatalf("err = %v: the panicking call kept its place in the gate", err)
+	}
+}

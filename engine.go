@@ -173,15 +173,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 		if len(cfg.observers) > 0 {
 			r.observe(ctx, Event{Kind: AttemptStarted, Label: cfg.label, Attempt: attempt, Queued: queued})
 		}
-		t0 := cfg.clock.Now()
-		res := r.attempt(ctx, attempt)
-		dur := cfg.clock.Now().Sub(t0)
-		if r.cm != nil {
-			// An attempt cut short because its caller's context ended (a
-			// lock wait that outlived the deadline, typically a deadlock
-			// PostgreSQL has not detected yet) is congestion too.
-			r.cm.release(res.kind == resRetryable || (res.kind == resPermanent && ctx.Err() != nil), dur)
-		}
+		res, dur := r.admitted(ctx, attempt)
 		if res.kind != resCommitted {
 			r.observeFailure(ctx, attempt, res, dur)
 		}
@@ -301,6 +293,30 @@ func (r *runner) wait(ctx context.Context, d time.Duration) error {
 		r.waited += r.cfg.clock.Now().Sub(t0)
 		return context.Cause(ctx)
 	}
+}
+
+// admitted runs one attempt and, with a contention manager, leaves its gate
+// afterwards, even when fn panics.
+func (r *runner) admitted(ctx context.Context, n int) (res result, dur time.Duration) {
+	t0 := r.cfg.clock.Now()
+	if r.cm != nil {
+		panicked := true
+		defer func() {
+			if panicked {
+				r.cm.release(false, r.cfg.clock.Now().Sub(t0))
+			}
+		}()
+		res = r.attempt(ctx, n)
+		panicked = false
+		dur = r.cfg.clock.Now().Sub(t0)
+		// An attempt cut short because its caller's context ended (a lock
+		// wait that outlived the deadline, typically a deadlock PostgreSQL
+		// has not detected yet) is congestion too.
+		r.cm.release(res.kind == resRetryable || (res.kind == resPermanent && ctx.Err() != nil), dur)
+		return res, dur
+	}
+	res = r.attempt(ctx, n)
+	return res, r.cfg.clock.Now().Sub(t0)
 }
 
 // attempt runs one transaction: BEGIN, fn, COMMIT or ROLLBACK.
