@@ -352,7 +352,12 @@ func (r *runner) attempt(ctx context.Context, n int) result {
 	}
 	var state string
 	if cfg.verifier != nil {
-		if state, err = cfg.verifier.prepare(fnCtx, tx); err != nil {
+		// Part of committing: like COMMIT, not subject to the caller's
+		// cancellation once fn has returned nil.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(fnCtx), cfg.commitTimeout)
+		state, err = cfg.verifier.prepare(pctx, tx)
+		cancel()
+		if err != nil {
 			r.rollback(ctx, tx)
 			return r.classify(err)
 		}

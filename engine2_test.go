@@ -400,3 +400,16 @@ func TestSharedOptionsAcrossConcurrentCalls(t *testing.T) {
 		}
 	}
 }
+
+func TestVerifierBookkeepingIgnoresCancellationAfterFnReturned(t *testing.T) {
+	f := newFixture(t, &fakedb.Driver{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err := txretry.RunInTx(ctx, f.db, func(ctx context.Context, tx *sql.Tx) error {
+		cancel() // the caller goes away as fn returns
+		return nil
+	}, f.opts(txretry.WithCommitMarker("txretry_markers"))...)
+	if err != nil || f.drv.Stats().Commits != 1 {
+		t.Fatalf("err=%v commits=%d: the marker insert and COMMIT must not observe the cancellation", err, f.drv.Stats().Commits)
+	}
+}
