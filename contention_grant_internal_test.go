@@ -1,0 +1,53 @@
+package txretry
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// A caller whose context ends just as the holder admits it passes its place
+// on: otherwise the gate would stay closed for good.
+func TestAdmittedWhileGivingUpPassesThePlaceOn(t *testing.T) {
+	gaveUp := 0
+	for range 20 {
+		m, err := NewContentionManager(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.mu.Lock()
+		m.inUse = 1 // a holder
+		m.mu.Unlock()
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- m.acquire(ctx) }()
+		for m.Queued() != 1 {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(5 * time.Millisecond) // the waiter blocks in its select
+		m.mu.Lock()
+		cancel() // the waiter wakes on its context, and waits for m.mu...
+		m.inUse--
+		m.grantLocked() // ...while the holder leaves and admits it
+		m.mu.Unlock()
+		err = <-errc
+		m.mu.Lock()
+		inUse := m.inUse
+		m.mu.Unlock()
+		switch {
+		case err == nil && inUse != 1: // admitted after all: it holds the place
+			t.Fatalf("admitted, but %d place(s) in use, want 1", inUse)
+		case err != nil && !errors.Is(err, context.Canceled):
+			t.Fatalf("err = %v, want context.Canceled", err)
+		case err != nil && inUse != 0:
+			t.Fatalf("gave up after being admitted, and %d place(s) stay in use, want 0", inUse)
+		}
+		if err != nil {
+			gaveUp++
+		}
+	}
+	if gaveUp == 0 {
+		t.Fatal("no waiter gave up after being admitted: the test did not exercise that path")
+	}
+}
