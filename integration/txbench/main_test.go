@@ -56,11 +56,21 @@ func TestBenchShortRun(t *testing.T) {
 				if !r.check.ok() {
 					t.Errorf("%s %s: check %s", r.workload, r.runner, r.check)
 				}
-				if r.st.calls == 0 || r.st.commits == 0 {
-					t.Errorf("%s %s: %d calls, %d commits; want some of both", r.workload, r.runner, r.st.calls, r.st.commits)
+				if r.st.calls == 0 {
+					t.Errorf("%s %s: no call made", r.workload, r.runner)
+				}
+				// A 300 ms run of a peer policy on a loaded machine may commit
+				// nothing (cenkalti sleeps 500 ms after a conflict) or meet a
+				// stray error; txretry's own runners must commit and must not.
+				report := t.Logf
+				if strings.HasPrefix(r.runner, "txretry") {
+					report = t.Errorf
+				}
+				if r.st.commits == 0 {
+					report("%s %s: %d calls, no commit", r.workload, r.runner, r.st.calls)
 				}
 				if r.st.other > 0 {
-					t.Errorf("%s %s: %d other errors, e.g. %s", r.workload, r.runner, r.st.other, r.st.otherSample)
+					report("%s %s: %d other errors, e.g. %s", r.workload, r.runner, r.st.other, r.st.otherSample)
 				}
 			}
 
