@@ -44,16 +44,29 @@ func Exponential(base time.Duration) Backoff {
 	})
 }
 
-// Capped limits the delays of b to at most max.
+// Capped limits the delays of b to at most max. A nil b counts as no delay.
 func Capped(max time.Duration, b Backoff) Backoff {
+	b = orZero(b)
 	return BackoffFunc(func(retry int, rnd float64) time.Duration {
 		return min(b.Delay(retry, rnd), max)
 	})
 }
 
+func orZero(b Backoff) Backoff {
+	if b == nil {
+		return Constant(0)
+	}
+	if f, ok := b.(BackoffFunc); ok && f == nil {
+		return Constant(0)
+	}
+	return b
+}
+
 // FullJitter waits a uniformly random fraction of b's delay ("full jitter"),
-// which spreads conflicting callers apart so they do not collide again.
+// which spreads conflicting callers apart so they do not collide again. A
+// nil b counts as no delay.
 func FullJitter(b Backoff) Backoff {
+	b = orZero(b)
 	return BackoffFunc(func(retry int, rnd float64) time.Duration {
 		return time.Duration(rnd * float64(b.Delay(retry, rnd)))
 	})

@@ -12,12 +12,15 @@ import (
 // deposits PerSecond tokens, and every retry withdraws one. When fewer than
 // one token is left, a call that would retry returns its retryable error at
 // once, as a *RetryError matching ErrRetriesExhausted with Reason "retry
-// budget". The balance never exceeds max(PerSecond, 1), so calm periods do
-// not save up a storm: over any period of T seconds with C calls, retries
-// number at most Ratio*C + PerSecond*T + max(PerSecond, 1).
+// budget". A new budget holds one second's worth (PerSecond tokens) and its
+// balance never exceeds max(10*PerSecond, 10), so a calm period saves up
+// little: over T seconds with C calls from a new budget, retries number at
+// most Ratio*C + PerSecond*(T+1), so attempts at most (1+Ratio)*C +
+// PerSecond*(T+1); after a calm period, add at most the cap.
 //
 // A RetryBudget is safe for concurrent use; share one among the calls to
-// one database or service. Default: no budget.
+// one database or service. Make one with NewRetryBudget; the zero value
+// allows no retry. Default: no budget.
 type RetryBudget struct {
 	ratio, perSecond, capacity float64
 	clock                      Clock
@@ -46,6 +49,9 @@ func NewRetryBudget(ratio, perSecond float64, clk Clock) (*RetryBudget, error) {
 
 // refillLocked adds the tokens earned since the last refill.
 func (b *RetryBudget) refillLocked() {
+	if b.clock == nil { // the zero value
+		b.clock = systemClock{}
+	}
 	now := b.clock.Now()
 	if d := now.Sub(b.last); d > 0 {
 		b.tokens = min(b.capacity, b.tokens+d.Seconds()*b.perSecond)

@@ -32,7 +32,8 @@ import (
 // handle gated by the same manager does not queue again. Waiting honours the
 // call's context, its deadline and its time budget.
 //
-// A ContentionManager is safe for concurrent use; share one among the calls
+// A ContentionManager is safe for concurrent use, and its zero value is
+// ready to use, like NewContentionManager(0); share one among the calls
 // that contend for the same data. By default each database handle (*sql.DB,
 // *sql.Conn, *pgxpool.Pool, *pgx.Conn) gets its own, created on first use
 // and dropped when the handle is garbage collected.
@@ -93,6 +94,9 @@ func (m *ContentionManager) Queued() int {
 // acquire waits for admission in FIFO order, or until ctx ends.
 func (m *ContentionManager) acquire(ctx context.Context) error {
 	m.mu.Lock()
+	if m.max == 0 { // the zero value: as NewContentionManager(0)
+		m.width, m.max = DefaultContentionWidth, DefaultContentionWidth
+	}
 	if len(m.waiters) == 0 && float64(m.inUse) < m.width {
 		m.inUse++
 		m.mu.Unlock()

@@ -76,6 +76,9 @@ func run(ctx context.Context, a core.Adapter, opts []Option) error {
 	if err := resolve(cfg, opts); err != nil {
 		return err
 	}
+	if err := a.Check(cfg.txOpts); err != nil {
+		return err
+	}
 	// A nested call on the same handle joins the outer transaction and
 	// leaves retrying to the outermost call.
 	if v, ok := ctx.Value(txCtxKey{}).(*txCtxVal); ok && sameKey(v.key, a.Key()) {
@@ -170,10 +173,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 		if attempt == 1 && cfg.budgetShared != nil {
 			cfg.budgetShared.deposit()
 		}
-		if len(cfg.observers) > 0 {
-			r.observe(ctx, Event{Kind: AttemptStarted, Label: cfg.label, Attempt: attempt, Queued: queued})
-		}
-		res, dur := r.admitted(ctx, attempt)
+		res, dur := r.admitted(ctx, attempt, queued)
 		if res.kind != resCommitted {
 			r.observeFailure(ctx, attempt, res, dur)
 		}
@@ -297,7 +297,7 @@ func (r *runner) wait(ctx context.Context, d time.Duration) error {
 
 // admitted runs one attempt and, with a contention manager, leaves its gate
 // afterwards, even when fn panics.
-func (r *runner) admitted(ctx context.Context, n int) (res result, dur time.Duration) {
+func (r *runner) admitted(ctx context.Context, n int, queued time.Duration) (res result, dur time.Duration) {
 	t0 := r.cfg.clock.Now()
 	if r.cm != nil {
 		panicked := true
@@ -306,6 +306,7 @@ func (r *runner) admitted(ctx context.Context, n int) (res result, dur time.Dura
 				r.cm.release(false, r.cfg.clock.Now().Sub(t0))
 			}
 		}()
+		r.observeStart(ctx, n, queued)
 		res = r.attempt(ctx, n)
 		panicked = false
 		dur = r.cfg.clock.Now().Sub(t0)
@@ -315,8 +316,15 @@ func (r *runner) admitted(ctx context.Context, n int) (res result, dur time.Dura
 		r.cm.release(res.kind == resRetryable || (res.kind == resPermanent && ctx.Err() != nil), dur)
 		return res, dur
 	}
+	r.observeStart(ctx, n, queued)
 	res = r.attempt(ctx, n)
 	return res, r.cfg.clock.Now().Sub(t0)
+}
+
+func (r *runner) observeStart(ctx context.Context, n int, queued time.Duration) {
+	if len(r.cfg.observers) > 0 {
+		r.observe(ctx, Event{Kind: AttemptStarted, Label: r.cfg.label, Attempt: n, Queued: queued})
+	}
 }
 
 // attempt runs one transaction: BEGIN, fn, COMMIT or ROLLBACK.

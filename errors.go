@@ -51,7 +51,9 @@ type RetryError struct {
 	Reason string
 	// Cause is ErrRetriesExhausted or the context's error.
 	Cause error
-	// Err is the last error from the database (retryable by the classifier).
+	// Err is the last attempt's error: retryable by the classifier, or the
+	// COMMIT error of an uncertain commit that verification found not
+	// committed.
 	Err error
 }
 
@@ -113,12 +115,15 @@ func Describe(err error) string {
 	if err == nil {
 		return "<nil>"
 	}
+	if isNil(err) {
+		return "<nil>"
+	}
 	var re *RetryError
-	if errors.As(err, &re) {
+	if errors.As(err, &re) && re != nil {
 		return re.Error()
 	}
 	var ue *CommitUncertainError
-	if errors.As(err, &ue) {
+	if errors.As(err, &ue) && ue != nil {
 		return ue.Error()
 	}
 	if code := pgerr.SQLState(err); code != "" {

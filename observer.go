@@ -28,7 +28,7 @@ func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 // without an observer does no work for events.
 func WithObserver(o Observer) Option {
 	return func(c *config) {
-		if o == nil {
+		if isNil(o) {
 			c.fail("WithObserver(nil)")
 			return
 		}

@@ -46,6 +46,10 @@ type config struct {
 	budgetShared   *RetryBudget
 }
 
+// isNil reports a nil interface or an interface holding a nil pointer,
+// func, map or similar, which would panic on first use.
+func isNil(v any) bool { return core.IsNil(v) }
+
 // resolve fills c from the defaults and opts.
 func resolve(c *config, opts []Option) error {
 	*c = config{
@@ -94,7 +98,7 @@ func WithMaxAttempts(n int) Option {
 // explicit WithBackoff applies in addition to the queue.
 func WithBackoff(b Backoff) Option {
 	return func(c *config) {
-		if b == nil {
+		if isNil(b) {
 			c.fail("WithBackoff(nil)")
 			return
 		}
@@ -228,7 +232,7 @@ func WithRetryOn(retryable ...func(err error) bool) Option {
 // budget; meant for deterministic tests. Default: the system clock.
 func WithClock(clk Clock) Option {
 	return func(c *config) {
-		if clk == nil {
+		if isNil(clk) {
 			c.fail("WithClock(nil)")
 			return
 		}

@@ -32,7 +32,7 @@ type DB interface {
 // never by itself makes a commit uncertain. The transaction is therefore
 // begun on a context that does not carry ctx's cancellation.
 func RunInTx(ctx context.Context, db DB, fn func(ctx context.Context, tx *sql.Tx) error, opts ...Option) error {
-	if db == nil {
+	if isNil(db) {
 		return fmt.Errorf("%w: nil DB", ErrInvalidOption)
 	}
 	if fn == nil {
@@ -56,6 +56,13 @@ func (a *sqlAdapter) Begin(ctx context.Context, o core.TxOptions) (core.Tx, erro
 func (a *sqlAdapter) Call(ctx context.Context, tx core.Tx) error { return a.fn(ctx, tx.(*sqlTx).tx) }
 
 func (a *sqlAdapter) NotCommitted(err error) bool { return errors.Is(err, ErrTxEndedByFn) }
+
+func (a *sqlAdapter) Check(core.TxOptions) error { return nil }
+
+func (a *sqlAdapter) SingleConn() bool {
+	_, ok := a.db.(*sql.Conn)
+	return ok
+}
 
 func (a *sqlAdapter) Scope() any {
 	switch h := a.db.(type) {
@@ -98,9 +105,12 @@ func beginSQL(ctx context.Context, db DB, o core.TxOptions) (core.Tx, error) {
 		// honours the caller's cancellation.
 		stop := context.AfterFunc(ctx, t.cancel)
 		t.tx, err = db.BeginTx(txCtx, &t.opts)
-		if !stop() && err == nil {
-			// ctx ended during BEGIN: database/sql is rolling back.
-			_ = t.tx.Rollback()
+		if !stop() {
+			// ctx ended during BEGIN or the wait for a connection; if a
+			// transaction began, database/sql is rolling it back.
+			if err == nil {
+				_ = t.tx.Rollback()
+			}
 			err = context.Cause(ctx)
 		}
 	}

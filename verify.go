@@ -82,7 +82,9 @@ func (f callbackVerifier) verify(ctx context.Context, _ beginFunc, _ string) (co
 }
 
 // WithXactStatusVerification verifies uncertain commits on PostgreSQL (13 or
-// later) by transaction id, with either adapter: just before COMMIT it reads
+// later) by transaction id, with either adapter and a pool handle (on a
+// single connection, lost with the commit, it reports the commit uncertain
+// at once): just before COMMIT it reads
 // the transaction's id with pg_current_xact_id_if_assigned() (one round
 // trip; no id is forced on a transaction that wrote nothing), and after an
 // uncertain commit it asks pg_xact_status on a fresh connection, polling
@@ -141,7 +143,8 @@ func (xactStatusVerifier) verify(ctx context.Context, begin beginFunc, xid strin
 }
 
 // WithCommitMarker verifies uncertain commits with a marker row, on any
-// engine; it is the natural choice on MySQL and MariaDB. Just before COMMIT
+// engine and a pool handle (like WithXactStatusVerification); it is the
+// natural choice on MySQL and MariaDB. Just before COMMIT
 // it inserts a random token into table (whose shape is fixed: see
 // CommitMarkerDDL). After an uncertain commit it inserts the same token on a
 // fresh connection and rolls that probe back: a duplicate-key error means
@@ -258,8 +261,20 @@ func (r *runner) verify(ctx context.Context, state string, deadline time.Time) (
 				Verification: res, Code: errCode(err), ErrType: errType(err)})
 		}
 	}()
+	begin := beginFunc(r.a.Begin)
+	if r.a.SingleConn() {
+		// The handle's only connection is the one that was lost: a
+		// built-in verifier cannot get another one through it.
+		begin = func(ctx context.Context, o core.TxOptions) (core.Tx, error) {
+			tx, err := r.a.Begin(ctx, o)
+			if err != nil {
+				return nil, fmt.Errorf("%w: the handle is a single connection, lost with the commit; use a pool (*sql.DB, *pgxpool.Pool) or WithVerify: %w", errUnresolvable, err)
+			}
+			return tx, nil
+		}
+	}
 	for try := 1; ; try++ {
-		committed, err = cfg.verifier.verify(vctx, r.a.Begin, state)
+		committed, err = cfg.verifier.verify(vctx, begin, state)
 		if err == nil || errors.Is(err, errUnresolvable) || vctx.Err() != nil {
 			return committed, err
 		}

@@ -37,7 +37,7 @@ type Beginner interface {
 // received), the waits between attempts and verification; not COMMIT, which
 // runs under txretry.WithCommitTimeout once fn has returned nil.
 func RunInTx(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error, opts ...txretry.Option) error {
-	if db == nil {
+	if core.IsNil(db) {
 		return fmt.Errorf("%w: nil Beginner", txretry.ErrInvalidOption)
 	}
 	if fn == nil {
@@ -72,6 +72,16 @@ func (a *adapter) Call(ctx context.Context, tx core.Tx) error {
 }
 
 func (a *adapter) NotCommitted(err error) bool { return errors.Is(err, pgx.ErrTxCommitRollback) }
+
+func (a *adapter) Check(o core.TxOptions) error {
+	_, err := txOptions(o)
+	return err
+}
+
+func (a *adapter) SingleConn() bool {
+	_, ok := a.db.(*pgx.Conn)
+	return ok
+}
 
 func (a *adapter) Scope() any {
 	switch h := a.db.(type) {

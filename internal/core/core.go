@@ -7,6 +7,7 @@ package core
 import (
 	"context"
 	"database/sql"
+	"reflect"
 	"runtime"
 	"time"
 	"weak"
@@ -52,11 +53,30 @@ type Adapter interface {
 	Scope() any
 	// OnCollect registers f to run once the handle has been garbage collected.
 	OnCollect(f func())
+	// Check rejects transaction options the driver cannot honour, before
+	// any attempt.
+	Check(opts TxOptions) error
+	// SingleConn reports a handle of one connection (*sql.Conn, *pgx.Conn):
+	// once that connection is lost, a verifier cannot use it.
+	SingleConn() bool
 }
 
 // Run is set by package txretry at init: it runs a call through the engine.
 // opts must be a []txretry.Option.
 var Run func(ctx context.Context, a Adapter, opts any) error
+
+// IsNil reports a nil interface or an interface holding a nil pointer,
+// func, map, slice or channel: a typed nil that would panic on first use.
+func IsNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
+}
 
 // WeakKey returns a comparable key for the handle p that does not keep it
 // alive.
