@@ -59,12 +59,26 @@ func ExampleRetryError() {
 }
 
 func ExampleWithRetryOn() {
-	// Also retry lock timeouts (NOWAIT / lock_timeout on PostgreSQL,
-	// innodb_lock_wait_timeout on MySQL), on top of the default class.
-	opt := txretry.WithRetryOn(pgerr.IsLockNotAvailable, mysqlerr.IsLockWaitTimeout)
-	_ = opt
-	fmt.Println(txretry.DefaultClassifier(&fakedb.SQLStateError{Code: "55P03"}))
-	// Output: false
+	// The first UPDATE finds the row locked (NOWAIT / lock_timeout): 55P03,
+	// which is not retried by default.
+	drv := &fakedb.Driver{OnExec: func(_ context.Context, n int, _ string, _ []driver.NamedValue) error {
+		if n == 1 {
+			return &fakedb.SQLStateError{Code: "55P03", Message: "could not obtain lock"}
+		}
+		return nil
+	}}
+	db := drv.DB()
+	defer db.Close()
+	fn := func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE t SET v = 1")
+		return err
+	}
+
+	// Also retry lock timeouts, on top of the default class.
+	err := txretry.RunInTx(context.Background(), db, fn,
+		txretry.WithRetryOn(pgerr.IsLockNotAvailable, mysqlerr.IsLockWaitTimeout))
+	fmt.Println("err:", err, "attempts:", drv.Stats().Begins)
+	// Output: err: <nil> attempts: 2
 }
 
 func ExampleCommitMarkerDDL() {
