@@ -64,14 +64,9 @@ const (
 	CallFinished
 )
 
-var eventKindNames = [...]string{"", "attempt_started", "attempt_failed", "retry_scheduled", "commit_verified", "call_finished"}
+var eventKindNames = []string{"", "attempt_started", "attempt_failed", "retry_scheduled", "commit_verified", "call_finished"}
 
-func (k EventKind) String() string {
-	if int(k) < len(eventKindNames) {
-		return eventKindNames[k]
-	}
-	return "EventKind(" + strconv.Itoa(int(k)) + ")"
-}
+func (k EventKind) String() string { return enumName(eventKindNames, int(k), "EventKind") }
 
 // Class is how an attempt's error was classified.
 type Class uint8
@@ -85,14 +80,9 @@ const (
 	Uncertain
 )
 
-var classNames = [...]string{"", "permanent", "retryable", "uncertain"}
+var classNames = []string{"", "permanent", "retryable", "uncertain"}
 
-func (c Class) String() string {
-	if int(c) < len(classNames) {
-		return classNames[c]
-	}
-	return "Class(" + strconv.Itoa(int(c)) + ")"
-}
+func (c Class) String() string { return enumName(classNames, int(c), "Class") }
 
 // Verification is the result of verifying an uncertain commit.
 type Verification uint8
@@ -106,14 +96,9 @@ const (
 	Unresolved
 )
 
-var verificationNames = [...]string{"", "committed", "not_committed", "unresolved"}
+var verificationNames = []string{"", "committed", "not_committed", "unresolved"}
 
-func (v Verification) String() string {
-	if int(v) < len(verificationNames) {
-		return verificationNames[v]
-	}
-	return "Verification(" + strconv.Itoa(int(v)) + ")"
-}
+func (v Verification) String() string { return enumName(verificationNames, int(v), "Verification") }
 
 // Outcome is how a call ended.
 type Outcome uint8
@@ -133,14 +118,9 @@ const (
 	Panicked
 )
 
-var outcomeNames = [...]string{"", "committed", "permanent_error", "exhausted", "uncertain", "cancelled", "panicked"}
+var outcomeNames = []string{"", "committed", "permanent_error", "exhausted", "uncertain", "cancelled", "panicked"}
 
-func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return "Outcome(" + strconv.Itoa(int(o)) + ")"
-}
+func (o Outcome) String() string { return enumName(outcomeNames, int(o), "Outcome") }
 
 // Event is one observation of a call. Fields not listed for a Kind are zero.
 type Event struct {
@@ -174,6 +154,14 @@ type Event struct {
 	// admission: before this attempt (AttemptStarted), or in all
 	// (CallFinished).
 	Queued time.Duration
+}
+
+// enumName names value v of an enumeration type from its table of names.
+func enumName(names []string, v int, typ string) string {
+	if v >= 0 && v < len(names) && names[v] != "" {
+		return names[v]
+	}
+	return typ + "(" + strconv.Itoa(v) + ")"
 }
 
 // errCode is the SQLSTATE or MySQL error number of err, or "".

@@ -106,6 +106,18 @@ func WithBackoff(b Backoff) Option {
 	}
 }
 
+// positive is an option setting the duration field chosen by at to d, which
+// must be positive.
+func positive(name string, d time.Duration, at func(*config) *time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.fail("%s(%v): must be positive", name, d)
+			return
+		}
+		*at(c) = d
+	}
+}
+
 // WithTimeBudget bounds the whole call, waits included: no attempt or wait
 // is started that cannot finish within d of the call's start, judging by the
 // shortest attempt of this call so far; the call then returns the last
@@ -114,13 +126,7 @@ func WithBackoff(b Backoff) Option {
 // (reason "deadline"). d must be positive. Default: no budget beyond the
 // context's deadline and the attempt limit.
 func WithTimeBudget(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.fail("WithTimeBudget(%v): must be positive", d)
-			return
-		}
-		c.budget = d
-	}
+	return positive("WithTimeBudget", d, func(c *config) *time.Duration { return &c.budget })
 }
 
 // WithAttemptTimeout bounds each call of fn: the context fn receives expires
@@ -129,13 +135,7 @@ func WithTimeBudget(d time.Duration) Option {
 // retried by default. COMMIT is bounded by WithCommitTimeout instead. d must
 // be positive. Default: none.
 func WithAttemptTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.fail("WithAttemptTimeout(%v): must be positive", d)
-			return
-		}
-		c.attemptTimeout = d
-	}
+	return positive("WithAttemptTimeout", d, func(c *config) *time.Duration { return &c.attemptTimeout })
 }
 
 // WithCommitTimeout bounds COMMIT once fn has returned nil, and ROLLBACK.
@@ -145,26 +145,14 @@ func WithAttemptTimeout(d time.Duration) Option {
 // DefaultCommitTimeout (10 s). With go-sql-driver/mysql, which ignores
 // contexts during COMMIT, only the DSN's readTimeout bounds COMMIT.
 func WithCommitTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.fail("WithCommitTimeout(%v): must be positive", d)
-			return
-		}
-		c.commitTimeout = d
-	}
+	return positive("WithCommitTimeout", d, func(c *config) *time.Duration { return &c.commitTimeout })
 }
 
 // WithVerifyTimeout bounds the verification of one uncertain commit (all its
 // tries together). d must be positive. Default: DefaultVerifyTimeout (30 s),
 // and never past the time budget or the caller's context.
 func WithVerifyTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.fail("WithVerifyTimeout(%v): must be positive", d)
-			return
-		}
-		c.verifyTimeout = d
-	}
+	return positive("WithVerifyTimeout", d, func(c *config) *time.Duration { return &c.verifyTimeout })
 }
 
 // WithIsolation sets the isolation level of every attempt's transaction,
