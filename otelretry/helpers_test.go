@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -15,37 +13,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/otelretry"
 )
-
-// stillClock is a clock whose time moves only when a timer is made: the
-// timer fires at once and the clock jumps by its duration, so attempts take
-// no time and the time waited is the sum of the delays.
-type stillClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *stillClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *stillClock) NewTimer(d time.Duration) txretry.Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	ch := make(chan time.Time, 1)
-	ch <- c.now
-	return firedTimer(ch)
-}
-
-type firedTimer chan time.Time
-
-func (t firedTimer) C() <-chan time.Time { return t }
-func (t firedTimer) Stop() bool          { return false }
 
 // harness is an observer over in-memory SDK providers.
 type harness struct {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/internal/fakedb"
+	"github.com/txretry/txretry/internal/stillclock"
 	"github.com/txretry/txretry/otelretry"
 )
 
@@ -226,7 +227,7 @@ func TestObserverRecords(t *testing.T) {
 			defer db.Close()
 			opts := append([]txretry.Option{
 				txretry.WithLabel("transfer"),
-				txretry.WithClock(&stillClock{now: time.Unix(0, 0)}),
+				txretry.WithClock(&stillclock.Clock{}),
 				txretry.WithBackoff(txretry.Constant(5 * time.Millisecond)),
 				txretry.WithObserver(h.obs),
 			}, tt.opts...)
@@ -316,7 +317,7 @@ func TestOverlappingCallsOnOneContext(t *testing.T) {
 	defer db.Close()
 	ctx := context.Background()
 	opts := []txretry.Option{txretry.WithObserver(h.obs), txretry.WithLabel("shared"),
-		txretry.WithClock(&stillClock{}), txretry.WithoutContentionManager()}
+		txretry.WithClock(&stillclock.Clock{}), txretry.WithoutContentionManager()}
 
 	errA := make(chan error, 1)
 	go func() { errA <- txretry.RunInTx(ctx, db, debit, opts...) }()
@@ -420,7 +421,7 @@ func TestSeveralTracingObservers(t *testing.T) {
 	err := txretry.RunInTx(context.Background(), db, debit, txretry.WithLabel("x"),
 		txretry.WithObserver(first.obs), txretry.WithObserver(startCaller{first.tp.Tracer("other")}),
 		txretry.WithObserver(second.obs),
-		txretry.WithBackoff(txretry.Constant(0)), txretry.WithClock(&stillClock{}))
+		txretry.WithBackoff(txretry.Constant(0)), txretry.WithClock(&stillclock.Clock{}))
 	if err != nil {
 		t.Fatalf("RunInTx: %v", err)
 	}
@@ -485,7 +486,7 @@ func TestCallEndedInTheQueue(t *testing.T) {
 	defer db.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := txretry.RunInTx(ctx, db, debit, txretry.WithObserver(h.obs), txretry.WithClock(&stillClock{}))
+	err := txretry.RunInTx(ctx, db, debit, txretry.WithObserver(h.obs), txretry.WithClock(&stillclock.Clock{}))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("RunInTx: %v, want context.Canceled", err)
 	}
@@ -505,7 +506,7 @@ func TestAnyContext(t *testing.T) {
 	db := (&fakedb.Driver{OnExec: failExecs(serialization)}).DB()
 	defer db.Close()
 	err := txretry.RunInTx(listCtx{Context: context.Background()}, db, debit,
-		txretry.WithObserver(h.obs), txretry.WithBackoff(txretry.Constant(0)), txretry.WithClock(&stillClock{}))
+		txretry.WithObserver(h.obs), txretry.WithBackoff(txretry.Constant(0)), txretry.WithClock(&stillclock.Clock{}))
 	if err != nil {
 		t.Fatalf("RunInTx: %v", err)
 	}

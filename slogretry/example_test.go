@@ -9,6 +9,7 @@ import (
 
 	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/internal/fakedb"
+	"github.com/txretry/txretry/internal/stillclock"
 	"github.com/txretry/txretry/slogretry"
 )
 
@@ -41,7 +42,7 @@ func Example() {
 		txretry.WithObserver(slogretry.New(logger)),
 		// Only to make the example's output stable: no wait, no clock.
 		txretry.WithBackoff(txretry.Constant(0)),
-		txretry.WithClock(&stillClock{}),
+		txretry.WithClock(&stillclock.Clock{}),
 	)
 	fmt.Println("err:", err)
 	// Output:

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,40 +15,13 @@ import (
 
 	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/internal/fakedb"
+	"github.com/txretry/txretry/internal/stillclock"
 	"github.com/txretry/txretry/slogretry"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
-
-// stillClock is a clock whose time moves only when a timer is made: the
-// timer fires at once and the clock jumps by its duration, so attempts take
-// no time and the time waited is the sum of the delays.
-type stillClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *stillClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *stillClock) NewTimer(d time.Duration) txretry.Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	ch := make(chan time.Time, 1)
-	ch <- c.now
-	return firedTimer(ch)
-}
-
-type firedTimer chan time.Time
-
-func (t firedTimer) C() <-chan time.Time { return t }
-func (t firedTimer) Stop() bool          { return false }
 
 // jsonLogger logs JSON lines without the time into buf.
 func jsonLogger(buf *bytes.Buffer, level slog.Level) *slog.Logger {
@@ -224,7 +196,7 @@ func TestObserverLines(t *testing.T) {
 			var buf bytes.Buffer
 			opts := append([]txretry.Option{
 				txretry.WithLabel("transfer"),
-				txretry.WithClock(&stillClock{now: time.Unix(0, 0)}),
+				txretry.WithClock(&stillclock.Clock{}),
 				txretry.WithBackoff(txretry.Constant(5 * time.Millisecond)),
 				txretry.WithObserver(slogretry.New(jsonLogger(&buf, tt.level))),
 			}, tt.opts...)
@@ -257,7 +229,7 @@ func TestLevelOptions(t *testing.T) {
 		_, err := tx.ExecContext(ctx, "UPDATE t SET v = 1")
 		return err
 	}, txretry.WithMaxAttempts(2), txretry.WithObserver(obs),
-		txretry.WithClock(&stillClock{now: time.Unix(0, 0)}), txretry.WithBackoff(txretry.Constant(time.Millisecond)))
+		txretry.WithClock(&stillclock.Clock{}), txretry.WithBackoff(txretry.Constant(time.Millisecond)))
 	if !errors.Is(err, txretry.ErrRetriesExhausted) {
 		t.Fatalf("RunInTx: %v, want ErrRetriesExhausted", err)
 	}
