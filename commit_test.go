@@ -3,6 +3,7 @@ package txretry_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -139,5 +140,50 @@ func TestBeginHonoursCancellationWhileWaitingForAConnection(t *testing.T) {
 	busy.Close()
 	if !errors.Is(err, context.Canceled) || calls.Load() != 0 {
 		t.Fatalf("err = %v after %d calls of fn, want context.Canceled and none", err, calls.Load())
+	}
+}
+
+// TestCancelledTransactionContextIsNotReused: the contexts transactions are
+// begun on are pooled, and one that was cancelled (a COMMIT that outlived
+// WithCommitTimeout, a BEGIN the caller gave up on) must never serve another
+// call: every later BEGIN would fail at once.
+func TestCancelledTransactionContextIsNotReused(t *testing.T) {
+	var slow atomic.Bool
+	f := newFixture(t, &fakedb.Driver{
+		OnCommit: func(int) error {
+			if slow.Load() {
+				time.Sleep(20 * time.Millisecond)
+			}
+			return nil
+		},
+		OnBegin: func(ctx context.Context, _ int, _ driver.TxOptions) error {
+			if slow.Load() {
+				<-ctx.Done() // BEGIN hangs until the caller gives up
+				return ctx.Err()
+			}
+			return nil
+		},
+	})
+	var calls atomic.Int32
+	for range 5 {
+		// COMMIT outlives its timeout: the transaction's context is
+		// cancelled under it.
+		slow.Store(false)
+		_ = txretry.RunInTx(context.Background(), f.db, func(ctx context.Context, tx *sql.Tx) error {
+			slow.Store(true)
+			return nil
+		}, f.opts(txretry.WithCommitTimeout(time.Millisecond))...)
+		// BEGIN abandoned by the caller.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		if err := txretry.RunInTx(ctx, f.db, execFn(&calls), f.opts()...); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("abandoned BEGIN: err = %v, want context.DeadlineExceeded", err)
+		}
+		cancel()
+		slow.Store(false)
+		for range 20 {
+			if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), f.opts()...); err != nil {
+				t.Fatalf("a call after a cancelled transaction context: %v", err)
+			}
+		}
 	}
 }

@@ -91,14 +91,29 @@ func (m *ContentionManager) Queued() int {
 	return len(m.waiters)
 }
 
-// acquire waits for admission in FIFO order, or until ctx ends.
-func (m *ContentionManager) acquire(ctx context.Context) error {
+// tryAcquire admits at once if the gate has room and nobody is waiting.
+func (m *ContentionManager) tryAcquire() bool {
 	m.mu.Lock()
+	ok := m.admitLocked()
+	m.mu.Unlock()
+	return ok
+}
+
+func (m *ContentionManager) admitLocked() bool {
 	if m.max == 0 { // the zero value: as NewContentionManager(0)
 		m.width, m.max = DefaultContentionWidth, DefaultContentionWidth
 	}
 	if len(m.waiters) == 0 && float64(m.inUse) < m.width {
 		m.inUse++
+		return true
+	}
+	return false
+}
+
+// acquire waits for admission in FIFO order, or until ctx ends.
+func (m *ContentionManager) acquire(ctx context.Context) error {
+	m.mu.Lock()
+	if m.admitLocked() {
 		m.mu.Unlock()
 		return nil
 	}

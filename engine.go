@@ -19,7 +19,7 @@ func init() {
 		if !ok && opts != nil {
 			return errors.New("txretry: internal error: options of the wrong type")
 		}
-		return run(ctx, a, o)
+		return run(ctx, &runner{a: a}, o)
 	}
 }
 
@@ -66,12 +66,14 @@ func sameKey(a, b any) bool {
 	return ta == tb && ta.Comparable() && a == b
 }
 
-// run is the engine: attempt, classify, decide, wait or verify, report.
-func run(ctx context.Context, a core.Adapter, opts []Option) error {
+// run is the engine: attempt, classify, decide, wait or verify, report. r is
+// a zero runner but for its adapter; an adapter may embed it in its own
+// per-call state so that a call costs one allocation for both.
+func run(ctx context.Context, r *runner, opts []Option) error {
 	if ctx == nil {
 		return errors.Join(ErrInvalidOption, errors.New("txretry: nil context"))
 	}
-	r := &runner{a: a}
+	a := r.a
 	cfg := &r.cfg
 	if err := resolve(cfg, opts); err != nil {
 		return err
@@ -103,8 +105,26 @@ type runner struct {
 	start  time.Time
 	waited time.Duration
 	queued time.Duration // waiting for the contention manager's admission
-	val    txCtxVal      // the running attempt, as fn's context carries it
+	fnCtx  attemptCtx    // the context handed to fn in the first attempt
 }
+
+// attemptCtx is the context handed to fn: the caller's context plus the
+// running attempt under txCtxKey. It does what context.WithValue would, but
+// the first attempt's lives inside the runner instead of costing an
+// allocation.
+type attemptCtx struct {
+	context.Context
+	val txCtxVal
+}
+
+func (c *attemptCtx) Value(key any) any {
+	if _, ok := key.(txCtxKey); ok {
+		return &c.val
+	}
+	return c.Context.Value(key)
+}
+
+func (c *attemptCtx) String() string { return "txretry.attemptCtx" }
 
 type resultKind uint8
 
@@ -123,15 +143,22 @@ type result struct {
 
 func (r *runner) run(ctx context.Context) (err error) {
 	cfg := &r.cfg
-	r.start = cfg.clock.Now()
+	observed := len(cfg.observers) > 0
+	if observed || cfg.budget > 0 {
+		r.start = cfg.clock.Now()
+	}
 	deadline, reason := r.deadline(ctx)
+	// Attempts are timed for the contention manager, for the deadline
+	// check before a retry, and for observers; reading the clock costs
+	// enough to skip when none of them needs it.
+	timed := r.cm != nil || !deadline.IsZero() || observed
 	var (
 		last    error
 		minDur  time.Duration = -1
 		attempt int
 		outcome = Panicked
 	)
-	if len(cfg.observers) > 0 {
+	if observed {
 		for _, o := range cfg.observers {
 			if cs, ok := o.(CallStarter); ok {
 				ctx = cs.StartCall(ctx, cfg.label)
@@ -153,10 +180,15 @@ func (r *runner) run(ctx context.Context) (err error) {
 		}
 		var queued time.Duration
 		if r.cm != nil {
-			q0 := cfg.clock.Now()
+			var q0 time.Time
+			if observed {
+				q0 = cfg.clock.Now()
+			}
 			aerr := r.admit(ctx, deadline)
-			queued = cfg.clock.Now().Sub(q0)
-			r.queued += queued
+			if observed {
+				queued = cfg.clock.Now().Sub(q0)
+				r.queued += queued
+			}
 			if aerr != nil {
 				attempt--
 				if ctx.Err() == nil { // the deadline or budget passed in the queue
@@ -173,7 +205,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 		if attempt == 1 && cfg.budgetShared != nil {
 			cfg.budgetShared.deposit()
 		}
-		res, dur := r.admitted(ctx, attempt, queued)
+		res, dur := r.admitted(ctx, attempt, queued, timed)
 		if res.kind != resCommitted {
 			r.observeFailure(ctx, attempt, res, dur)
 		}
@@ -268,6 +300,9 @@ func (r *runner) deadline(ctx context.Context) (time.Time, string) {
 // admit waits for the contention manager's admission, within ctx and the
 // deadline.
 func (r *runner) admit(ctx context.Context, deadline time.Time) error {
+	if r.cm.tryAcquire() {
+		return nil
+	}
 	if deadline.IsZero() {
 		return r.cm.acquire(ctx)
 	}
@@ -296,9 +331,13 @@ func (r *runner) wait(ctx context.Context, d time.Duration) error {
 }
 
 // admitted runs one attempt and, with a contention manager, leaves its gate
-// afterwards, even when fn panics.
-func (r *runner) admitted(ctx context.Context, n int, queued time.Duration) (res result, dur time.Duration) {
-	t0 := r.cfg.clock.Now()
+// afterwards, even when fn panics. dur is how long the attempt took if timed,
+// else 0.
+func (r *runner) admitted(ctx context.Context, n int, queued time.Duration, timed bool) (res result, dur time.Duration) {
+	var t0 time.Time
+	if timed {
+		t0 = r.cfg.clock.Now()
+	}
 	if r.cm != nil {
 		panicked := true
 		defer func() {
@@ -318,7 +357,10 @@ func (r *runner) admitted(ctx context.Context, n int, queued time.Duration) (res
 	}
 	r.observeStart(ctx, n, queued)
 	res = r.attempt(ctx, n)
-	return res, r.cfg.clock.Now().Sub(t0)
+	if timed {
+		dur = r.cfg.clock.Now().Sub(t0)
+	}
+	return res, dur
 }
 
 func (r *runner) observeStart(ctx context.Context, n int, queued time.Duration) {
@@ -334,8 +376,15 @@ func (r *runner) attempt(ctx context.Context, n int) result {
 	if err != nil {
 		return r.classify(err)
 	}
-	r.val = txCtxVal{key: r.a.Key(), tx: tx, attempt: n, gate: r.cm, parent: r.parent}
-	fnCtx := context.WithValue(ctx, txCtxKey{}, &r.val)
+	// The first attempt's context lives in the runner; a retry gets a new
+	// one, since goroutines of the previous attempt (database/sql watches a
+	// statement's context until its rows are closed) may still read the old.
+	actx := &r.fnCtx
+	if n > 1 {
+		actx = new(attemptCtx)
+	}
+	*actx = attemptCtx{Context: ctx, val: txCtxVal{key: r.a.Key(), tx: tx, attempt: n, gate: r.cm, parent: r.parent}}
+	var fnCtx context.Context = actx
 	if cfg.attemptTimeout > 0 {
 		var cancel context.CancelFunc
 		fnCtx, cancel = context.WithTimeout(fnCtx, cfg.attemptTimeout)

@@ -10,17 +10,17 @@ import (
 )
 
 // The cost of RunInTx over a hand-written BeginTx/fn/Commit, on the scripted
-// fake driver (no server): run with -benchmem and compare ns/op and allocs/op.
+// fake driver (no server): run with -benchmem and compare ns/op and allocs/op,
+// each pair with the same kind of context.
 
 func benchFn(ctx context.Context, tx *sql.Tx) error {
 	_, err := tx.ExecContext(ctx, "UPDATE t SET v = v + 1")
 	return err
 }
 
-func BenchmarkHandWritten(b *testing.B) {
-	db := (&fakedb.Driver{}).DB()
+func benchHandWritten(b *testing.B, ctx context.Context) {
+	db := (&fakedb.Driver{NoLog: true}).DB()
 	defer db.Close()
-	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
 		tx, err := db.BeginTx(ctx, nil)
@@ -37,27 +37,34 @@ func BenchmarkHandWritten(b *testing.B) {
 	}
 }
 
-func BenchmarkRunInTx(b *testing.B) {
-	db := (&fakedb.Driver{}).DB()
+func benchRunInTx(b *testing.B, ctx context.Context, opts ...txretry.Option) {
+	db := (&fakedb.Driver{NoLog: true}).DB()
 	defer db.Close()
-	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := txretry.RunInTx(ctx, db, benchFn); err != nil {
+		if err := txretry.RunInTx(ctx, db, benchFn, opts...); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
+func BenchmarkHandWritten(b *testing.B) { benchHandWritten(b, context.Background()) }
+
+func BenchmarkRunInTx(b *testing.B) { benchRunInTx(b, context.Background()) }
+
 func BenchmarkRunInTxNoContentionManager(b *testing.B) {
-	db := (&fakedb.Driver{}).DB()
-	defer db.Close()
-	ctx := context.Background()
-	opt := txretry.WithoutContentionManager()
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := txretry.RunInTx(ctx, db, benchFn, opt); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchRunInTx(b, context.Background(), txretry.WithoutContentionManager())
+}
+
+// The same with a cancellable context, as a request's usually is: RunInTx
+// then also watches it during BEGIN.
+
+func BenchmarkHandWrittenCancellable(b *testing.B) { benchHandWritten(b, cancellable(b)) }
+
+func BenchmarkRunInTxCancellable(b *testing.B) { benchRunInTx(b, cancellable(b)) }
+
+func cancellable(b *testing.B) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	return ctx
 }

@@ -38,19 +38,28 @@ func RunInTx(ctx context.Context, db DB, fn func(ctx context.Context, tx *sql.Tx
 	if fn == nil {
 		return fmt.Errorf("%w: nil fn", ErrInvalidOption)
 	}
-	return run(ctx, &sqlAdapter{db: db, fn: fn}, opts)
+	a := &sqlAdapter{db: db, fn: fn}
+	a.r.a = a
+	return run(ctx, &a.r, opts)
 }
 
-// sqlAdapter adapts database/sql to the engine.
+// sqlAdapter adapts database/sql to the engine. It holds all of a call's
+// state, the engine's included, so that a call allocates it once.
 type sqlAdapter struct {
+	r  runner
 	db DB
 	fn func(ctx context.Context, tx *sql.Tx) error
+	tx sqlTx // the running attempt's transaction, reused across attempts
 }
 
 func (a *sqlAdapter) Key() any { return a.db }
 
 func (a *sqlAdapter) Begin(ctx context.Context, o core.TxOptions) (core.Tx, error) {
-	return beginSQL(ctx, a.db, o)
+	t := &a.tx
+	if t.tx != nil {
+		t = new(sqlTx) // a verifier's transaction while the attempt's is open
+	}
+	return t, t.begin(ctx, a.db, o)
 }
 
 func (a *sqlAdapter) Call(ctx context.Context, tx core.Tx) error { return a.fn(ctx, tx.(*sqlTx).tx) }
@@ -83,29 +92,30 @@ func (a *sqlAdapter) OnCollect(f func()) {
 	}
 }
 
-// sqlTx is one database/sql attempt. Its transaction is begun on a context
-// that ignores the caller's cancellation (database/sql rolls a transaction
-// back when its BeginTx context ends), which the adapter cancels itself to
-// bound COMMIT and ROLLBACK.
+// sqlTx is one database/sql transaction of the engine's. It is begun on a
+// shield: a context that carries the caller's values but not its
+// cancellation (database/sql rolls a transaction back when its BeginTx
+// context ends), which the adapter cancels itself to abandon BEGIN when the
+// caller gives up, and to bound COMMIT and ROLLBACK.
 type sqlTx struct {
-	tx     *sql.Tx
-	cancel context.CancelFunc
-	opts   sql.TxOptions
+	tx   *sql.Tx
+	sh   *shield
+	opts sql.TxOptions
 }
 
-func beginSQL(ctx context.Context, db DB, o core.TxOptions) (core.Tx, error) {
-	t := &sqlTx{opts: sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly}}
-	var txCtx context.Context
-	txCtx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
+func (t *sqlTx) begin(ctx context.Context, db DB, o core.TxOptions) error {
+	t.opts = sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly}
+	t.sh = getShield(ctx)
 	var err error
 	if ctx.Done() == nil {
-		t.tx, err = db.BeginTx(txCtx, &t.opts)
+		t.tx, err = db.BeginTx(t.sh.ctx, &t.opts)
 	} else {
 		// BEGIN itself (and the wait for a pooled connection) still
 		// honours the caller's cancellation.
-		stop := context.AfterFunc(ctx, t.cancel)
-		t.tx, err = db.BeginTx(txCtx, &t.opts)
+		stop := context.AfterFunc(ctx, t.sh.cancel)
+		t.tx, err = db.BeginTx(t.sh.ctx, &t.opts)
 		if !stop() {
+			t.sh.spoiled = true
 			// ctx ended during BEGIN or the wait for a connection; if a
 			// transaction began, database/sql is rolling it back.
 			if err == nil {
@@ -115,20 +125,24 @@ func beginSQL(ctx context.Context, db DB, o core.TxOptions) (core.Tx, error) {
 		}
 	}
 	if err != nil {
-		t.cancel()
-		return nil, err
+		t.end()
 	}
-	return t, nil
+	return err
 }
 
 // bounded runs f (COMMIT or ROLLBACK) and cancels the transaction's context
 // if timeout passes first, which makes the driver abandon the statement.
 func (t *sqlTx) bounded(timeout time.Duration, f func() error) error {
-	timer := time.AfterFunc(timeout, t.cancel)
+	t.sh.arm(timeout)
 	err := f()
-	timer.Stop()
-	t.cancel()
+	t.end()
 	return err
+}
+
+// end releases the shield once the transaction is over.
+func (t *sqlTx) end() {
+	t.sh.release()
+	t.tx, t.sh = nil, nil
 }
 
 func (t *sqlTx) Commit(_ context.Context, timeout time.Duration) error {

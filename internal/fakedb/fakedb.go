@@ -59,6 +59,9 @@ type Driver struct {
 	// OnRollback is called when a transaction rolls back. The transaction
 	// ends whatever it returns.
 	OnRollback func(n int) error
+	// NoLog keeps the counters but not the call log, whose growth would
+	// dominate a long benchmark.
+	NoLog bool
 
 	mu       sync.Mutex
 	connects int // connection attempts, the n of OnConnect
@@ -126,11 +129,18 @@ func (d *Driver) Log() []string {
 
 // count increments *counter and appends entry to the log under d.mu and
 // returns the new count.
+// record appends entry to the call log; d.mu must be held.
+func (d *Driver) record(entry string) {
+	if !d.NoLog {
+		d.log = append(d.log, entry)
+	}
+}
+
 func (d *Driver) count(counter *int, entry string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	*counter++
-	d.log = append(d.log, entry)
+	d.record(entry)
 	return *counter
 }
 
@@ -261,7 +271,7 @@ func (c *conn) Close() error {
 	}
 	c.closed = true
 	d.stats.OpenConns--
-	d.log = append(d.log, "close")
+	d.record("close")
 	if c.tx != nil {
 		c.tx.done = true
 		c.tx = nil
@@ -292,7 +302,7 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 	d.stats.Begins++
 	n := d.stats.Begins
 	d.stats.LastTxOptions = opts
-	d.log = append(d.log, "begin")
+	d.record("begin")
 	d.mu.Unlock()
 
 	if d.OnBegin != nil {
@@ -402,7 +412,7 @@ func (t *tx) end(counter *int, entry string, hook func(int) error) error {
 	t.done = true
 	*counter++
 	n := *counter
-	d.log = append(d.log, entry)
+	d.record(entry)
 	d.mu.Unlock()
 
 	var err error
