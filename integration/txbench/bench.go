@@ -17,19 +17,20 @@ const setupTimeout = 2 * time.Minute
 
 // config is what the flags select.
 type config struct {
-	workers   int
-	duration  time.Duration
-	deadline  time.Duration
-	repeat    int
-	workloads []workloadSpec
-	runners   []runner
-	drivers   []driverSpec
-	pgDSN     string
-	mysqlDSN  string
-	seed      uint64
-	format    string // "table" or "tsv"
-	tsvPath   string
-	quiet     bool
+	workers    int
+	duration   time.Duration
+	deadline   time.Duration
+	repeat     int
+	workloads  []workloadSpec
+	runners    []runner
+	drivers    []driverSpec
+	pgDSN      string
+	mysqlDSN   string
+	seed       uint64
+	format     string // "table" or "tsv"
+	tsvPath    string
+	quiet      bool
+	cpuProfile string
 }
 
 func (c *config) dsn(d driverSpec) string {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -41,6 +42,14 @@ func mainCode(ctx context.Context, args []string, getenv func(string) string, st
 	var progress io.Writer
 	if !cfg.quiet {
 		progress = stderr
+	}
+	if cfg.cpuProfile != "" {
+		stop, err := startCPUProfile(cfg.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "txbench:", err)
+			return 2
+		}
+		defer stop()
 	}
 	results, runErr := runAll(ctx, cfg, progress)
 	if runErr != nil {
@@ -129,6 +138,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	fs.StringVar(&cfg.tsvPath, "tsv", "", "also write the TSV report to this file")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the workers' random choices")
 	fs.BoolVar(&cfg.quiet, "q", false, "no progress lines on stderr")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole invocation to this file")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -210,4 +220,20 @@ func pick[T any](what, list string, all []T, name func(T) string) ([]T, error) {
 		return nil, fmt.Errorf("%w: no %s selected", errUsage, what)
 	}
 	return out, nil
+}
+
+// startCPUProfile profiles the process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
