@@ -13,18 +13,32 @@ import (
 // whose width adapts to conflicts, so that under contention transactions
 // queue in order instead of colliding and sleeping blindly, and no caller
 // starves. Its width (the number of attempts that may run at once) starts at
-// the maximum and halves, never below 1, when an admitted attempt fails with
-// a retryable error; it doubles again, up to the maximum, after a streak of
-// 16 x width attempts without a conflict. A conflict that cost more than a
-// usual commit (a deadlock that PostgreSQL detects only after its 1 s
-// deadlock_timeout) first has to be paid back: the streak starts only after
-// as many commits as the failed attempt lasted in average commit durations.
-// So the gate settles where conflicts cost about one attempt in 16 x width:
-// on a single hot row it stays at 1 or 2 (about 1.06 attempts per commit),
-// and after a burst of conflicts in an otherwise calm workload it is fully
-// open again within a few hundred commits. While conflicts are rare the gate is wider than the number of
-// callers and costs one uncontended mutex; while they are frequent, callers
-// pass one or a few at a time in arrival order.
+// the maximum and adapts:
+//
+//   - It halves, never below 1, on a conflict (an attempt that failed with
+//     a retryable error, or was cut short by its caller's deadline) once
+//     conflicts take more than 1/12 of the recent attempt time, a moving
+//     average over about 64 commits in which each attempt weighs what it
+//     lasted. A rarer conflict is tolerated. A conflict that cost more than
+//     a usual commit (a deadlock that PostgreSQL detects only after its 1 s
+//     deadlock_timeout) is also paid back: the streak below starts only
+//     after as many commits as the failed attempt lasted.
+//   - It doubles, up to the maximum, after a streak of 16 x width attempts
+//     without a conflict. Each doubling in a row that was undone doubles
+//     the streak the next one needs, up to 64 times, so that probing a
+//     single hot row costs about one attempt in a thousand.
+//   - A doubling during which conflicts were tolerated is judged after
+//     128 x width attempts: it stays only if it committed at least 5% more
+//     per second than the width before it.
+//
+// So on a single hot row of PostgreSQL the gate stays at 1 (about 1.01
+// attempts per commit); where overlapping transactions mostly wait for each
+// other's locks instead of failing (InnoDB) it stays wider if that commits
+// more; and after a burst of conflicts in an otherwise calm workload it is
+// fully open again within a few thousand commits. While
+// conflicts are rare the gate is wider than the number of callers and costs
+// one uncontended mutex; while they are frequent, callers pass one or a few
+// at a time in arrival order.
 //
 // A caller waits for admission before BEGIN and leaves the gate after COMMIT
 // or ROLLBACK: it never waits while holding a transaction, so the gate
@@ -42,17 +56,49 @@ type ContentionManager struct {
 	width   float64
 	max     float64
 	streak  int           // attempts without a conflict since the width last changed
+	probing bool          // the width was last doubled, and has not yet held for a streak
+	fails   int           // widenings in a row undone by a conflict (capped at cmMaxFails)
+	rate    float64       // share of recent attempt time lost to conflicts (moving average)
+	win     cmWindow      // commits at the current width, for comparing goodput
+	base    float64       // commits per second at the width before a probe
+	baseOK  bool          // base was measured at the current width
 	debt    int           // commits to go before the streak counts again
 	avg     time.Duration // moving average of committed attempts' durations
 	inUse   int
 	waiters []*cmWaiter
 }
 
-// cmStreak is how many conflict-free attempts per unit of width double the
-// width; cmMaxDebt caps what one conflict can cost.
+// cmWindow counts what happened at the current width since it was set or
+// last judged.
+type cmWindow struct {
+	start     time.Time
+	n, commit int
+	conflicts int
+}
+
+// The manager's tuning, chosen with txbench (see the README).
 const (
-	cmStreak  = 16
+	// cmStreak conflict-free attempts per unit of width double the width.
+	cmStreak = 16
+	// cmMaxFails: each widening in a row that was undone doubles the
+	// streak the next one needs, up to 2^cmMaxFails times.
+	cmMaxFails = 6
+	// cmMaxDebt caps, in commits, what one expensive conflict costs.
 	cmMaxDebt = 100_000
+	// cmRateWindow is the span, in average commits, of the moving average
+	// of the share of attempt time lost to conflicts.
+	cmRateWindow = 64
+	// cmMaxRate is that share above which a conflict halves the width. A
+	// conflict below it only restarts the streak: one attempt in twenty or
+	// so may fail at a width that commits more than a narrower one. A
+	// deadlock that cost a second weighs hundreds of commits and always
+	// halves.
+	cmMaxRate = 1.0 / 12
+	// cmJudgeWindow attempts per unit of width judge a widening during
+	// which conflicts were tolerated: it is kept only if it committed
+	// cmGain more per second than the width before it.
+	cmJudgeWindow = 128
+	cmGain        = 0.05
 )
 
 type cmWaiter struct {
@@ -144,12 +190,31 @@ func (m *ContentionManager) acquire(ctx context.Context) error {
 
 // release leaves the gate; conflict says the attempt failed with a
 // retryable error, d is how long the attempt took.
-func (m *ContentionManager) release(conflict bool, d time.Duration) {
+func (m *ContentionManager) release(conflict bool, d time.Duration, now time.Time) {
 	m.mu.Lock()
 	m.inUse--
+	m.judge(conflict, now)
+	// The rate is a moving average over attempt time, not attempts: each
+	// attempt weighs as many average commits as it lasted, so that it
+	// estimates the share of the gate's time lost to conflicts.
+	weight := 1.0
+	if m.avg > 0 {
+		weight = min(float64(d)/float64(m.avg), cmRateWindow)
+	}
+	x := 0.0
+	if conflict {
+		x = 1
+	}
+	m.rate += (x - m.rate) * weight / cmRateWindow
 	switch {
+	case conflict && m.rate <= cmMaxRate:
+		m.streak = 0 // tolerated: no widening for a while
 	case conflict:
-		m.width, m.streak = max(1, m.width/2), 0
+		if m.probing {
+			m.fails = min(m.fails+1, cmMaxFails)
+		}
+		m.probing = false
+		m.setWidth(max(1, m.width/2), now)
 		if m.avg > 0 {
 			m.debt = int(min(int64(m.debt)+int64(d/m.avg), cmMaxDebt))
 		}
@@ -161,12 +226,71 @@ func (m *ContentionManager) release(conflict bool, d time.Duration) {
 	if !conflict {
 		if m.debt > 0 {
 			m.debt--
-		} else if m.streak++; m.streak >= cmStreak*int(m.width) {
-			m.width, m.streak = min(m.max, m.width*2), 0
+		} else {
+			m.streak++
+			need := cmStreak * int(m.width)
+			if m.probing && m.streak >= need && m.win.conflicts == 0 {
+				m.probing, m.fails = false, 0 // the last widening held without a conflict
+			}
+			// A widening also waits for a quarter window at this width,
+			// whose goodput is what the wider width will be judged by.
+			measured := m.win.n >= cmJudgeWindow/4*int(m.width)
+			if !m.probing && m.streak >= need<<m.fails && m.width < m.max && (measured || m.baseOK) {
+				if measured {
+					m.base = m.win.rate(now)
+				}
+				m.setWidth(min(m.max, m.width*2), now)
+				m.probing = true
+			}
 		}
 	}
 	m.grantLocked()
 	m.mu.Unlock()
+}
+
+// setWidth changes the width and starts a new window and streak.
+func (m *ContentionManager) setWidth(w float64, now time.Time) {
+	m.width, m.streak, m.baseOK = w, 0, false
+	m.win = cmWindow{start: now}
+}
+
+// judge counts the attempt in the window and, when a widening that tolerated
+// conflicts has run for a full window, keeps it only if it commits at least
+// cmGain more per second than the narrower width did.
+func (m *ContentionManager) judge(conflict bool, now time.Time) {
+	if m.win.start.IsZero() {
+		m.win.start = now
+	}
+	m.win.n++
+	if conflict {
+		m.win.conflicts++
+	} else {
+		m.win.commit++
+	}
+	if m.win.n < cmJudgeWindow*int(m.width) {
+		return
+	}
+	if m.probing && m.win.conflicts > 0 {
+		if m.win.rate(now) < m.base*(1+cmGain) {
+			m.fails = min(m.fails+1, cmMaxFails)
+			m.probing = false
+			m.setWidth(max(1, m.width/2), now)
+			return
+		}
+		m.probing, m.fails = false, 0
+	}
+	if !m.probing {
+		m.base, m.baseOK = m.win.rate(now), true
+	}
+	m.win = cmWindow{start: now}
+}
+
+func (w cmWindow) rate(now time.Time) float64 {
+	el := now.Sub(w.start)
+	if el <= 0 || w.n == 0 {
+		return 0
+	}
+	return float64(w.commit) / el.Seconds()
 }
 
 func (m *ContentionManager) grantLocked() {

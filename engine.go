@@ -342,17 +342,19 @@ func (r *runner) admitted(ctx context.Context, n int, queued time.Duration, time
 		panicked := true
 		defer func() {
 			if panicked {
-				r.cm.release(false, r.cfg.clock.Now().Sub(t0))
+				now := r.cfg.clock.Now()
+				r.cm.release(false, now.Sub(t0), now)
 			}
 		}()
 		r.observeStart(ctx, n, queued)
 		res = r.attempt(ctx, n)
 		panicked = false
-		dur = r.cfg.clock.Now().Sub(t0)
+		now := r.cfg.clock.Now()
+		dur = now.Sub(t0)
 		// An attempt cut short because its caller's context ended (a lock
 		// wait that outlived the deadline, typically a deadlock PostgreSQL
 		// has not detected yet) is congestion too.
-		r.cm.release(res.kind == resRetryable || (res.kind == resPermanent && ctx.Err() != nil), dur)
+		r.cm.release(res.kind == resRetryable || (res.kind == resPermanent && ctx.Err() != nil), dur, now)
 		return res, dur
 	}
 	r.observeStart(ctx, n, queued)

@@ -1,0 +1,126 @@
+package txretry
+
+import (
+	"testing"
+	"time"
+)
+
+// cmSim drives a manager one sequential attempt at a time, on a simulated
+// clock: each attempt lasts d and ends when the next starts.
+type cmSim struct {
+	t   *testing.T
+	m   *ContentionManager
+	now time.Time
+}
+
+func newCMSim(t *testing.T, maxWidth int) *cmSim {
+	m, err := NewContentionManager(maxWidth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cmSim{t: t, m: m, now: time.Unix(1_700_000_000, 0)}
+}
+
+func (s *cmSim) run(n int, conflict bool, d time.Duration) {
+	s.t.Helper()
+	for range n {
+		if !s.m.tryAcquire() {
+			s.t.Fatal("the gate is closed to a lone caller")
+		}
+		s.now = s.now.Add(d)
+		s.m.release(conflict, d, s.now)
+	}
+}
+
+func (s *cmSim) wantWidth(when string, want float64) {
+	s.t.Helper()
+	if got := s.m.Width(); got != want {
+		s.t.Fatalf("%s: width %v, want %v", when, got, want)
+	}
+}
+
+// A lone conflict in a calm stream restarts the streak but keeps the width;
+// conflicts that take more than 1/12 of the attempt time halve it, once per
+// conflict while the share stays above.
+func TestContentionManagerToleratesRareConflicts(t *testing.T) {
+	s := newCMSim(t, 8)
+	for range 10 {
+		s.run(39, false, time.Millisecond)
+		s.run(1, true, time.Millisecond) // one in 40: 2.5% of the time
+	}
+	s.wantWidth("one conflict in 40 attempts", 8)
+	n := 0
+	for s.m.Width() == 8 {
+		if n++; n > 6 {
+			t.Fatal("six conflicts in a row did not narrow the gate")
+		}
+		s.run(1, true, time.Millisecond)
+	}
+	s.wantWidth("conflicts in a row", 4)
+	s.run(1, true, time.Millisecond)
+	s.wantWidth("one more", 2)
+}
+
+// A conflict that lasted a second, against 1 ms commits, is most of the
+// recent attempt time: it halves the width at once.
+func TestContentionManagerHalvesOnAnExpensiveConflict(t *testing.T) {
+	s := newCMSim(t, 8)
+	s.run(100, false, time.Millisecond)
+	s.run(1, true, time.Second)
+	s.wantWidth("after a 1 s deadlock", 4)
+}
+
+// Each widening in a row that a conflict undid doubles the streak the next
+// one needs: probing a hot row costs ever less.
+func TestContentionManagerBacksOffFailedWidenings(t *testing.T) {
+	s := newCMSim(t, 2)
+	s.run(1, false, time.Millisecond) // sets the average commit
+	for fails := range 4 {
+		for i := 0; s.m.Width() != 1; i++ {
+			if i == 100 {
+				t.Fatal("conflicts in a row never halved the width")
+			}
+			s.run(1, true, time.Millisecond)
+		}
+		s.m.mu.Lock()
+		need := max(s.m.debt+cmStreak<<fails, cmJudgeWindow/4-s.m.win.n)
+		s.m.mu.Unlock()
+		s.run(need-1, false, time.Millisecond)
+		s.wantWidth("one commit short of the streak", 1)
+		s.run(1, false, time.Millisecond)
+		s.wantWidth("after the streak", 2)
+	}
+}
+
+// A widening during which conflicts were tolerated stays only if it
+// commits at least 5% more per second than the width before it.
+func TestContentionManagerJudgesToleratedWidenings(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		perMilli int // commits per millisecond at width 2 (1 at width 1)
+		want     float64
+	}{
+		{"no gain", 1, 1},
+		{"twice the goodput", 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newCMSim(t, 2)
+			for s.m.Width() == 2 {
+				s.run(1, true, time.Millisecond) // a burst of conflicts
+			}
+			// A calm stretch at width 1, 1000 commits a second: the share
+			// of conflicts decays, a window measures the goodput, and the
+			// streak widens the gate.
+			for s.m.Width() == 1 {
+				s.run(1, false, time.Millisecond)
+			}
+			// At width 2: a tolerated conflict now and then, goodput as
+			// given, for a whole window.
+			for i := 1; i <= cmJudgeWindow*2; i++ {
+				d := time.Millisecond / time.Duration(tc.perMilli)
+				s.run(1, i%20 == 0, d)
+			}
+			s.wantWidth("after a judged window", tc.want)
+		})
+	}
+}
