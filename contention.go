@@ -3,6 +3,7 @@ package txretry
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -65,7 +66,8 @@ type ContentionManager struct {
 	debt    int           // commits to go before the streak counts again
 	avg     time.Duration // moving average of committed attempts' durations
 	inUse   int
-	waiters []*cmWaiter
+	waiters []*cmWaiter // by arrival of their calls: a retry keeps its call's place
+	arrived uint64      // calls that have asked for admission
 }
 
 // cmWindow counts what happened at the current width since it was set or
@@ -104,6 +106,7 @@ const (
 type cmWaiter struct {
 	ready   chan struct{}
 	granted bool
+	arrival uint64 // of the call, numbered at its first request
 }
 
 // DefaultContentionWidth is the maximum width of a ContentionManager made by
@@ -138,8 +141,9 @@ func (m *ContentionManager) Queued() int {
 }
 
 // tryAcquire admits at once if the gate has room and nobody is waiting.
-func (m *ContentionManager) tryAcquire() bool {
+func (m *ContentionManager) tryAcquire(arrival *uint64) bool {
 	m.mu.Lock()
+	m.arrival(arrival)
 	ok := m.admitLocked()
 	m.mu.Unlock()
 	return ok
@@ -156,15 +160,31 @@ func (m *ContentionManager) admitLocked() bool {
 	return false
 }
 
-// acquire waits for admission in FIFO order, or until ctx ends.
-func (m *ContentionManager) acquire(ctx context.Context) error {
+// arrival numbers a call at its first request for admission; *n is 0 until
+// then.
+func (m *ContentionManager) arrival(n *uint64) {
+	if *n == 0 {
+		m.arrived++
+		*n = m.arrived
+	}
+}
+
+// acquire waits for admission in the order the calls arrived (a retry
+// goes before every call that arrived after its own), or until ctx ends.
+// *arrival numbers the call.
+func (m *ContentionManager) acquire(ctx context.Context, arrival *uint64) error {
 	m.mu.Lock()
+	m.arrival(arrival)
 	if m.admitLocked() {
 		m.mu.Unlock()
 		return nil
 	}
-	w := &cmWaiter{ready: make(chan struct{})}
-	m.waiters = append(m.waiters, w)
+	w := &cmWaiter{ready: make(chan struct{}), arrival: *arrival}
+	i := len(m.waiters)
+	for i > 0 && m.waiters[i-1].arrival > w.arrival {
+		i--
+	}
+	m.waiters = slices.Insert(m.waiters, i, w)
 	m.mu.Unlock()
 	select {
 	case <-w.ready:

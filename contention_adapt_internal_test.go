@@ -24,7 +24,8 @@ func newCMSim(t *testing.T, maxWidth int) *cmSim {
 func (s *cmSim) run(n int, conflict bool, d time.Duration) {
 	s.t.Helper()
 	for range n {
-		if !s.m.tryAcquire() {
+		var arrival uint64
+		if !s.m.tryAcquire(&arrival) {
 			s.t.Fatal("the gate is closed to a lone caller")
 		}
 		s.now = s.now.Add(d)

@@ -21,7 +21,10 @@ func TestAdmittedWhileGivingUpPassesThePlaceOn(t *testing.T) {
 		m.mu.Unlock()
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
-		go func() { errc <- m.acquire(ctx) }()
+		go func() {
+			var arrival uint64
+			errc <- m.acquire(ctx, &arrival)
+		}()
 		for m.Queued() != 1 {
 			time.Sleep(time.Millisecond)
 		}
@@ -50,4 +53,47 @@ func TestAdmittedWhileGivingUpPassesThePlaceOn(t *testing.T) {
 	if gaveUp == 0 {
 		t.Fatal("no waiter gave up after being admitted: the test did not exercise that path")
 	}
+}
+
+// A retry keeps its call's place: it is admitted before calls that arrived
+// after its own, however long they have waited.
+func TestRetryKeepsItsCallsPlace(t *testing.T) {
+	m, err := NewContentionManager(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var a, b, c uint64
+	if !m.tryAcquire(&a) { // call A holds the gate
+		t.Fatal("an open gate refused the first call")
+	}
+	admitted := make(chan string, 3)
+	queue := func(name string, arrival *uint64) {
+		n := m.Queued()
+		go func() {
+			if err := m.acquire(context.Background(), arrival); err != nil {
+				t.Error(err)
+			}
+			admitted <- name
+		}()
+		for m.Queued() != n+1 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	queue("B", &b)
+	queue("C", &c)
+	m.release(true, time.Millisecond, now) // A conflicts: B's turn
+	if got := <-admitted; got != "B" {
+		t.Fatalf("%s admitted, want B", got)
+	}
+	queue("A", &a) // A's retry
+	m.release(false, time.Millisecond, now)
+	if got := <-admitted; got != "A" {
+		t.Fatalf("%s admitted after B, want A's retry before C, which arrived later", got)
+	}
+	m.release(false, time.Millisecond, now)
+	if got := <-admitted; got != "C" {
+		t.Fatalf("%s admitted, want C", got)
+	}
+	m.release(false, time.Millisecond, now)
 }

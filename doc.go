@@ -42,13 +42,14 @@
 // when it ended before the first attempt.
 //
 // Between attempts RunInTx waits. By default each database handle has a
-// ContentionManager: a FIFO gate whose width halves on conflicts and doubles
-// after conflict-free streaks, so that under contention attempts queue in
-// arrival order instead of colliding, and retries wait in that queue. Without
-// a manager (WithoutContentionManager), or with an explicit WithBackoff,
-// RunInTx sleeps according to the Backoff (default: full jitter over an
-// exponential delay from 2 ms, capped at 250 ms). A RetryBudget
-// (WithRetryBudget, off by default) bounds retries across calls.
+// ContentionManager: a FIFO gate whose width halves when conflicts become
+// frequent and doubles after conflict-free streaks (a widening that only
+// tolerated conflicts stays if it commits more), so that under contention
+// attempts queue in arrival order instead of colliding, and retries wait in
+// that queue. Without a manager (WithoutContentionManager), or with an
+// explicit WithBackoff, RunInTx sleeps according to the Backoff (default:
+// full jitter over an exponential delay from 2 ms, capped at 250 ms). A
+// RetryBudget (WithRetryBudget, off by default) bounds retries across calls.
 //
 // # When RunInTx must not retry: uncertain commits
 //

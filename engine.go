@@ -98,14 +98,15 @@ func run(ctx context.Context, r *runner, opts []Option) error {
 }
 
 type runner struct {
-	cfg    config // resolved once per call, then read-only
-	a      core.Adapter
-	cm     *ContentionManager
-	parent *txCtxVal
-	start  time.Time
-	waited time.Duration
-	queued time.Duration // waiting for the contention manager's admission
-	fnCtx  attemptCtx    // the context handed to fn in the first attempt
+	cfg     config // resolved once per call, then read-only
+	a       core.Adapter
+	cm      *ContentionManager
+	parent  *txCtxVal
+	start   time.Time
+	waited  time.Duration
+	queued  time.Duration // waiting for the contention manager's admission
+	arrival uint64        // the call's place in the contention manager's order
+	fnCtx   attemptCtx    // the context handed to fn in the first attempt
 }
 
 // attemptCtx is the context handed to fn: the caller's context plus the
@@ -300,16 +301,16 @@ func (r *runner) deadline(ctx context.Context) (time.Time, string) {
 // admit waits for the contention manager's admission, within ctx and the
 // deadline.
 func (r *runner) admit(ctx context.Context, deadline time.Time) error {
-	if r.cm.tryAcquire() {
+	if r.cm.tryAcquire(&r.arrival) {
 		return nil
 	}
 	if deadline.IsZero() {
-		return r.cm.acquire(ctx)
+		return r.cm.acquire(ctx, &r.arrival)
 	}
 	// The deadline is on the configured clock; a real timer approximates it.
 	actx, cancel := context.WithTimeout(ctx, deadline.Sub(r.cfg.clock.Now()))
 	defer cancel()
-	return r.cm.acquire(actx)
+	return r.cm.acquire(actx, &r.arrival)
 }
 
 // wait sleeps d on the configured clock, or until ctx ends.
