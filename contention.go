@@ -211,6 +211,7 @@ func (m *ContentionManager) acquire(ctx context.Context, arrival *uint64) error 
 // release leaves the gate; conflict says the attempt failed with a
 // retryable error, d is how long the attempt took.
 func (m *ContentionManager) release(conflict bool, d time.Duration, now time.Time) {
+	d = max(d, 0) // calls sharing a manager may use different clocks (WithClock)
 	m.mu.Lock()
 	m.inUse--
 	m.judge(conflict, now)
