@@ -46,7 +46,9 @@
 // frequent and doubles after conflict-free streaks (a widening that only
 // tolerated conflicts stays if it commits more), so that under contention
 // attempts queue in arrival order instead of colliding, and retries wait in
-// that queue. Without a manager (WithoutContentionManager), or with an
+// that queue. WithContentionKeys replaces the gate for a call by the keys it
+// names: calls that share a key take turns, others run at once. Without a
+// manager (WithoutContentionManager), or with an
 // explicit WithBackoff, RunInTx sleeps according to the Backoff (default:
 // full jitter over an exponential delay from 2 ms, capped at 250 ms). A
 // RetryBudget (WithRetryBudget, off by default) bounds retries across calls.

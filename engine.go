@@ -241,8 +241,9 @@ func (r *runner) run(ctx context.Context) (err error) {
 			minDur = dur
 		}
 		var delay time.Duration
-		if r.cm == nil || cfg.backoffSet {
-			// A contention manager's queue spaces retries out by itself.
+		if r.cm == nil || cfg.backoffSet || len(cfg.keys) > 0 {
+			// A contention manager's gate spaces retries out by itself;
+			// keys do not: a conflict despite them came from elsewhere.
 			delay = max(cfg.backoff.Delay(attempt, cfg.rand()), 0)
 		}
 		if !deadline.IsZero() && cfg.clock.Now().Add(delay+minDur).After(deadline) {
@@ -301,16 +302,30 @@ func (r *runner) deadline(ctx context.Context) (time.Time, string) {
 // admit waits for the contention manager's admission, within ctx and the
 // deadline.
 func (r *runner) admit(ctx context.Context, deadline time.Time) error {
-	if r.cm.tryAcquire(&r.arrival) {
+	keys := r.cfg.keys
+	if len(keys) > 0 && r.cm.tryLockKeys(keys) || len(keys) == 0 && r.cm.tryAcquire(&r.arrival) {
 		return nil
 	}
-	if deadline.IsZero() {
-		return r.cm.acquire(ctx, &r.arrival)
+	if !deadline.IsZero() {
+		// The deadline is on the configured clock; a real timer
+		// approximates it.
+		actx, cancel := context.WithTimeout(ctx, deadline.Sub(r.cfg.clock.Now()))
+		defer cancel()
+		ctx = actx
 	}
-	// The deadline is on the configured clock; a real timer approximates it.
-	actx, cancel := context.WithTimeout(ctx, deadline.Sub(r.cfg.clock.Now()))
-	defer cancel()
-	return r.cm.acquire(actx, &r.arrival)
+	if len(keys) > 0 {
+		return r.cm.lockKeys(ctx, keys)
+	}
+	return r.cm.acquire(ctx, &r.arrival)
+}
+
+// leave gives back what admit took.
+func (r *runner) leave(conflict bool, d time.Duration, now time.Time) {
+	if len(r.cfg.keys) > 0 {
+		r.cm.unlockKeys(r.cfg.keys)
+		return
+	}
+	r.cm.release(conflict, d, now)
 }
 
 // wait sleeps d on the configured clock, or until ctx ends.
@@ -344,7 +359,7 @@ func (r *runner) admitted(ctx context.Context, n int, queued time.Duration, time
 		defer func() {
 			if panicked {
 				now := r.cfg.clock.Now()
-				r.cm.release(false, now.Sub(t0), now)
+				r.leave(false, now.Sub(t0), now)
 			}
 		}()
 		r.observeStart(ctx, n, queued)
@@ -355,7 +370,7 @@ func (r *runner) admitted(ctx context.Context, n int, queued time.Duration, time
 		// An attempt cut short because its caller's context ended (a lock
 		// wait that outlived the deadline, typically a deadlock PostgreSQL
 		// has not detected yet) is congestion too.
-		r.cm.release(res.kind == resRetryable || (res.kind == resPermanent && ctx.Err() != nil), dur, now)
+		r.leave(res.kind == resRetryable || (res.kind == resPermanent && ctx.Err() != nil), dur, now)
 		return res, dur
 	}
 	r.observeStart(ctx, n, queued)

@@ -103,3 +103,24 @@ func ExampleFullJitter() {
 	// 40ms
 	// 50ms
 }
+
+// A transfer names the two accounts it writes: transfers that share an
+// account take turns, and others run at the same time.
+func ExampleWithContentionKeys() {
+	db := (&fakedb.Driver{}).DB() // in real code: sql.Open("pgx", dsn) or sql.Open("mysql", dsn)
+	defer db.Close()
+
+	transfer := func(ctx context.Context, from, to int, amount int64) error {
+		return txretry.RunInTx(ctx, db, func(ctx context.Context, tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2", amount, from); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, to)
+			return err
+		}, txretry.WithIsolation(sql.LevelSerializable),
+			txretry.WithContentionKeys(fmt.Sprint("account:", from), fmt.Sprint("account:", to)))
+	}
+	fmt.Println(transfer(context.Background(), 1, 2, 10))
+	// Output:
+	// <nil>
+}

@@ -42,7 +42,8 @@ type config struct {
 	observers      []Observer
 	label          string
 	cm             *ContentionManager
-	cmSet          bool // cm was chosen by an option (nil: off)
+	cmSet          bool     // cm was chosen by an option (nil: off)
+	keys           []string // WithContentionKeys: sorted, without duplicates
 	budgetShared   *RetryBudget
 }
 
@@ -67,6 +68,9 @@ func resolve(c *config, opts []Option) error {
 			continue
 		}
 		o(c)
+	}
+	if len(c.keys) > 0 && c.cmSet && c.cm == nil {
+		c.fail("WithContentionKeys with WithoutContentionManager: the keys are held in a contention manager")
 	}
 	return c.err
 }

@@ -33,6 +33,8 @@
 //   - txretry-nocm: the defaults without the contention manager
 //     (WithoutContentionManager): backoff alone.
 //   - txretry-budget: the defaults plus a retry budget per run
+//   - txretry-keys: the defaults plus WithContentionKeys naming the rows
+//     each call writes (the hot row; the two accounts of a transfer)
 //     (NewRetryBudget(0.2, 10, nil), Finagle's defaults).
 //   - once: one attempt, no retry (BEGIN, body, COMMIT).
 //   - immediate: retry at once, up to 10 attempts (hand-written loop).

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -34,6 +35,8 @@ type runner struct {
 	opts func() ([]txretry.Option, error)
 	// loop is the policy of a hand-written loop (kindLoop).
 	loop loopPolicy
+	// keys: each call also names the rows it writes (WithContentionKeys).
+	keys bool
 }
 
 // loopPolicy is a hand-written retry loop: up to attempts attempts, waiting
@@ -48,6 +51,7 @@ var allRunners = []runner{
 	{name: "txretry", kind: kindTxretry},
 	{name: "txretry-nocm", kind: kindTxretry, opts: options(txretry.WithoutContentionManager())},
 	{name: "txretry-budget", kind: kindTxretry, opts: retryBudget(0.2, 10)},
+	{name: "txretry-keys", kind: kindTxretry, keys: true},
 	{name: "once", kind: kindLoop, loop: loopPolicy{attempts: 1}},
 	{name: "immediate", kind: kindLoop, loop: loopPolicy{attempts: 10}},
 	{name: "fixed10ms", kind: kindLoop, loop: loopPolicy{attempts: 10, delay: constantDelay(10 * time.Millisecond)}},
@@ -144,7 +148,7 @@ func (w *worker) loop(ctx context.Context, start <-chan struct{}, end *time.Time
 		}
 		id := callID(w.idx, seq)
 		cctx, cancel := context.WithTimeout(ctx, deadline)
-		out, attempts, err := w.call(cctx, w.wl.body(id))
+		out, attempts, err := w.call(cctx, id)
 		cancel()
 		fin := time.Now()
 		if out == outOther && w.st.otherSample == "" {
@@ -154,12 +158,17 @@ func (w *worker) loop(ctx context.Context, start <-chan struct{}, end *time.Time
 	}
 }
 
-// call runs one call with the worker's runner.
-func (w *worker) call(ctx context.Context, body txBody) (outcome, int, error) {
+// call runs call id with the worker's runner.
+func (w *worker) call(ctx context.Context, id int64) (outcome, int, error) {
+	body := w.wl.body(id)
 	switch w.r.kind {
 	case kindTxretry:
 		w.attempts = 0
-		err := w.c.runTxretry(ctx, body, w.opts)
+		opts := w.opts
+		if w.r.keys {
+			opts = append(slices.Clip(opts), txretry.WithContentionKeys(w.wl.keys(id)...))
+		}
+		err := w.c.runTxretry(ctx, body, opts)
 		return classifyTxretry(ctx, err), w.attempts, err
 	case kindCenkalti:
 		return w.cenkalti(ctx, body)

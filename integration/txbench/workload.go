@@ -149,6 +149,15 @@ func (w *workloadRun) transferOf(id int64) (transfer, bool) {
 	return w.rings[worker][(id&(1<<seqBits-1))%ringSize], true
 }
 
+// keys names the rows call id writes, for WithContentionKeys.
+func (w *workloadRun) keys(id int64) []string {
+	if w.spec.accounts == 0 {
+		return []string{"1"}
+	}
+	t, _ := w.transferOf(id)
+	return []string{strconv.FormatInt(t.src, 10), strconv.FormatInt(t.dst, 10)}
+}
+
 // body returns the transaction of call id.
 func (w *workloadRun) body(id int64) txBody {
 	if w.spec.accounts == 0 {
