@@ -33,9 +33,9 @@
 //   - txretry-nocm: the defaults without the contention manager
 //     (WithoutContentionManager): backoff alone.
 //   - txretry-budget: the defaults plus a retry budget per run
-//   - txretry-keys: the defaults plus WithContentionKeys naming the rows
-//     each call writes (the hot row; the two accounts of a transfer)
 //     (NewRetryBudget(0.2, 10, nil), Finagle's defaults).
+//   - txretry-keys: the defaults plus WithContentionKeys naming the rows
+//     each call writes (the hot row; the two accounts of a transfer).
 //   - once: one attempt, no retry (BEGIN, body, COMMIT).
 //   - immediate: retry at once, up to 10 attempts (hand-written loop).
 //   - fixed10ms: wait 10 ms between attempts, up to 10 attempts.
