@@ -18,7 +18,7 @@ import (
 type metric struct {
 	col   string // TSV column
 	head  string // table header; empty: TSV only
-	get   func(r, ref *runResult) float64
+	get   func(r *runResult, x refRuns) float64
 	digit int // decimals; -1: milliseconds with adaptive decimals
 }
 
@@ -26,41 +26,45 @@ func failures(r *runResult) int64 {
 	return r.st.exhausted + r.st.deadline + r.st.uncertain + r.st.other
 }
 
+// goodputRatio is r's goodput over ref's, NaN without ref.
+func goodputRatio(r, ref *runResult) float64 {
+	if ref == nil || ref.goodput() == 0 {
+		return math.NaN()
+	}
+	return r.goodput() / ref.goodput()
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 var metrics = []metric{
-	{col: "goodput_tps", head: "goodput/s", digit: 0, get: func(r, _ *runResult) float64 { return r.goodput() }},
-	{col: "ratio", head: "ratio", digit: 2, get: func(r, ref *runResult) float64 {
-		if ref == nil || ref.goodput() == 0 {
-			return math.NaN()
-		}
-		return r.goodput() / ref.goodput()
-	}},
-	{col: "fail_pct", head: "fail%", digit: 1, get: func(r, _ *runResult) float64 { return pct(failures(r), r.st.calls) }},
-	{col: "exhausted_pct", head: "exh%", digit: 1, get: func(r, _ *runResult) float64 { return pct(r.st.exhausted, r.st.calls) }},
-	{col: "deadline_pct", head: "ddl%", digit: 1, get: func(r, _ *runResult) float64 { return pct(r.st.deadline, r.st.calls) }},
-	{col: "uncertain_pct", head: "unc%", digit: 1, get: func(r, _ *runResult) float64 { return pct(r.st.uncertain, r.st.calls) }},
-	{col: "other_pct", head: "oth%", digit: 1, get: func(r, _ *runResult) float64 { return pct(r.st.other, r.st.calls) }},
-	{col: "late_pct", head: "late%", digit: 1, get: func(r, _ *runResult) float64 { return pct(r.st.late, r.st.calls) }},
-	{col: "attempts_per_commit", head: "att/commit", digit: 2, get: func(r, _ *runResult) float64 {
+	{col: "goodput_tps", head: "goodput/s", digit: 0, get: func(r *runResult, _ refRuns) float64 { return r.goodput() }},
+	{col: "ratio", head: "ratio", digit: 2, get: func(r *runResult, x refRuns) float64 { return goodputRatio(r, x.ref) }},
+	{col: "vs_serial", head: "x serial", digit: 2, get: func(r *runResult, x refRuns) float64 { return goodputRatio(r, x.serial) }},
+	{col: "fail_pct", head: "fail%", digit: 1, get: func(r *runResult, _ refRuns) float64 { return pct(failures(r), r.st.calls) }},
+	{col: "exhausted_pct", head: "exh%", digit: 1, get: func(r *runResult, _ refRuns) float64 { return pct(r.st.exhausted, r.st.calls) }},
+	{col: "deadline_pct", head: "ddl%", digit: 1, get: func(r *runResult, _ refRuns) float64 { return pct(r.st.deadline, r.st.calls) }},
+	{col: "uncertain_pct", head: "unc%", digit: 1, get: func(r *runResult, _ refRuns) float64 { return pct(r.st.uncertain, r.st.calls) }},
+	{col: "other_pct", head: "oth%", digit: 1, get: func(r *runResult, _ refRuns) float64 { return pct(r.st.other, r.st.calls) }},
+	{col: "late_pct", head: "late%", digit: 1, get: func(r *runResult, _ refRuns) float64 { return pct(r.st.late, r.st.calls) }},
+	{col: "attempts_per_commit", head: "att/commit", digit: 2, get: func(r *runResult, _ refRuns) float64 {
 		if r.st.commits == 0 {
 			return math.NaN()
 		}
 		return float64(r.st.attempts) / float64(r.st.commits)
 	}},
-	{col: "p50_ms", head: "p50 ms", digit: -1, get: func(r, _ *runResult) float64 { return ms(r.p50) }},
-	{col: "p99_ms", head: "p99 ms", digit: -1, get: func(r, _ *runResult) float64 { return ms(r.p99) }},
-	{col: "p999_ms", head: "p99.9 ms", digit: -1, get: func(r, _ *runResult) float64 { return ms(r.p999) }},
-	{col: "calls", get: func(r, _ *runResult) float64 { return float64(r.st.calls) }},
-	{col: "committed_in_deadline", get: func(r, _ *runResult) float64 { return float64(r.st.inDeadline) }},
-	{col: "late", get: func(r, _ *runResult) float64 { return float64(r.st.late) }},
-	{col: "exhausted", get: func(r, _ *runResult) float64 { return float64(r.st.exhausted) }},
-	{col: "deadline", get: func(r, _ *runResult) float64 { return float64(r.st.deadline) }},
-	{col: "uncertain", get: func(r, _ *runResult) float64 { return float64(r.st.uncertain) }},
-	{col: "other", get: func(r, _ *runResult) float64 { return float64(r.st.other) }},
-	{col: "cut", get: func(r, _ *runResult) float64 { return float64(r.st.cut) }},
-	{col: "attempts", get: func(r, _ *runResult) float64 { return float64(r.st.attempts) }},
-	{col: "commits", get: func(r, _ *runResult) float64 { return float64(r.st.commits) }},
+	{col: "p50_ms", head: "p50 ms", digit: -1, get: func(r *runResult, _ refRuns) float64 { return ms(r.p50) }},
+	{col: "p99_ms", head: "p99 ms", digit: -1, get: func(r *runResult, _ refRuns) float64 { return ms(r.p99) }},
+	{col: "p999_ms", head: "p99.9 ms", digit: -1, get: func(r *runResult, _ refRuns) float64 { return ms(r.p999) }},
+	{col: "calls", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.calls) }},
+	{col: "committed_in_deadline", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.inDeadline) }},
+	{col: "late", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.late) }},
+	{col: "exhausted", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.exhausted) }},
+	{col: "deadline", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.deadline) }},
+	{col: "uncertain", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.uncertain) }},
+	{col: "other", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.other) }},
+	{col: "cut", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.cut) }},
+	{col: "attempts", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.attempts) }},
+	{col: "commits", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.commits) }},
 }
 
 // format renders v with m's precision; NaN as "-".
@@ -94,8 +98,12 @@ type summary struct {
 	workload, driver, runner string
 	workers                  int
 	runs                     []*runResult
-	refs                     []*runResult // the reference runner's run of the same repeat, or nil
+	refs                     []refRuns // per run: the runs it is compared with
 }
+
+// refRuns are the runs of the same repeat that a run is compared with: the
+// reference runner's and serial's, each nil if absent.
+type refRuns struct{ ref, serial *runResult }
 
 // summarize groups results by workload and driver (in order of appearance)
 // and runner (in runners' order), pairing each run with the ref runner's run
@@ -135,7 +143,10 @@ func summarize(results []runResult, runners []string, ref string) []summary {
 			}
 			slices.SortFunc(s.runs, func(a, b *runResult) int { return cmp.Compare(a.repeat, b.repeat) })
 			for _, r := range s.runs {
-				s.refs = append(s.refs, byRun[rkey{key{g.workload, g.driver, ref}, r.repeat}])
+				s.refs = append(s.refs, refRuns{
+					ref:    byRun[rkey{key{g.workload, g.driver, ref}, r.repeat}],
+					serial: byRun[rkey{key{g.workload, g.driver, "serial"}, r.repeat}],
+				})
 			}
 			out = append(out, s)
 		}
@@ -258,7 +269,7 @@ func writeTable(w io.Writer, cfg *config, sums []summary, ref string) error {
 			end++
 		}
 		group := sums[start:end]
-		fmt.Fprintf(bw, "\n== %s / %s: %d workers, %s runs, %s deadline, %d repeat(s); medians, ratio = goodput / %s's in the same repeat\n",
+		fmt.Fprintf(bw, "\n== %s / %s: %d workers, %s runs, %s deadline, %d repeat(s); medians, ratio = goodput / %s's in the same repeat, x serial = goodput / serial's\n",
 			group[0].workload, group[0].driver, cfg.workers, cfg.duration, cfg.deadline, cfg.repeat, ref)
 		head := []string{"runner", "wk"}
 		for _, m := range tableMetrics {

@@ -344,3 +344,26 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("-h: %v", err)
 	}
 }
+
+// "x serial" is the median of the per-repeat ratios to serial's goodput.
+func TestVsSerialIsPerRepeat(t *testing.T) {
+	results := []runResult{
+		fakeRun("txretry", 1, 900, nil), fakeRun("serial", 1, 1000, nil),
+		fakeRun("txretry", 2, 1800, nil), fakeRun("serial", 2, 1500, nil),
+		fakeRun("txretry", 3, 500, nil), fakeRun("serial", 3, 1000, nil),
+	}
+	sums := summarize(results, []string{"txretry", "serial"}, "txretry")
+	var vs metric
+	for _, m := range metrics {
+		if m.col == "vs_serial" {
+			vs = m
+		}
+	}
+	// Per-repeat ratios 0.9, 1.2, 0.5: median 0.9 (not 3200/3500).
+	if got := sums[0].median(vs); math.Abs(got-0.9) > 1e-9 {
+		t.Fatalf("txretry x serial = %v, want 0.9", got)
+	}
+	if got := sums[1].median(vs); got != 1 {
+		t.Fatalf("serial x serial = %v, want 1", got)
+	}
+}
