@@ -310,14 +310,20 @@ func (c *sqlConn) code(err error) string {
 	return pgCode(err)
 }
 
-// notCommitted: database/sql returns the context's error or ErrTxDone from
-// Commit only when it did not call the driver's Commit (the transaction was
-// rolled back when its context ended); a server error number or SQLSTATE
-// means the server answered; driver.ErrBadConn means nothing was sent.
+// notCommitted: database/sql returns ErrTxDone from Commit only when it did
+// not call the driver's Commit (the transaction was rolled back when its
+// context ended); a server error number or SQLSTATE means the server
+// answered; driver.ErrBadConn means nothing was sent. The context's error
+// proves nothing with pgx's stdlib, which commits under the BeginTx context
+// and abandons a COMMIT in flight when it ends (go-sql-driver's COMMIT does
+// not watch it, so there the error can only come from database/sql's check
+// before calling the driver).
 func (c *sqlConn) notCommitted(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, sql.ErrTxDone) || errors.Is(err, driver.ErrBadConn) {
+	if errors.Is(err, sql.ErrTxDone) || errors.Is(err, driver.ErrBadConn) {
 		return true
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return c.dialect == dialectMySQL
 	}
 	if c.dialect == dialectMySQL {
 		_, ok := mysqlerr.Number(err)

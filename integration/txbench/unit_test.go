@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"flag"
 	"fmt"
@@ -365,5 +367,27 @@ func TestVsSerialIsPerRepeat(t *testing.T) {
 	}
 	if got := sums[1].median(vs); got != 1 {
 		t.Fatalf("serial x serial = %v, want 1", got)
+	}
+}
+
+// A context error from database/sql's Commit proves nothing was committed
+// only with go-sql-driver: pgx's stdlib commits under the BeginTx context
+// and abandons a COMMIT in flight when it ends.
+func TestSQLCommitContextErrorIsUncertainOnPostgreSQL(t *testing.T) {
+	for _, tc := range []struct {
+		dialect dialect
+		err     error
+		want    bool
+	}{
+		{dialectPG, context.DeadlineExceeded, false},
+		{dialectPG, fmt.Errorf("commit: %w", context.Canceled), false},
+		{dialectMySQL, context.DeadlineExceeded, true},
+		{dialectPG, sql.ErrTxDone, true},
+		{dialectMySQL, driver.ErrBadConn, true},
+	} {
+		c := &sqlConn{dialect: tc.dialect}
+		if got := c.notCommitted(tc.err); got != tc.want {
+			t.Errorf("dialect %v, %v: notCommitted = %v, want %v", tc.dialect, tc.err, got, tc.want)
+		}
 	}
 }
