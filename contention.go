@@ -415,7 +415,10 @@ func (m *ContentionManager) unlockKeyLocked(k string) {
 // the call's context, deadline and time budget. Keys only space attempts:
 // a transaction that touches data outside its keys can still conflict, and
 // is retried as usual. A nested call that joined an enclosing call's
-// attempt on the same manager takes no keys. With WithoutContentionManager
+// attempt on the same manager takes no keys; a call nested in fn on a handle
+// with another manager queues there while the outer call holds its keys or
+// place, so nest calls on different handles in one consistent order (or
+// share one manager) lest two such calls wait for each other. With WithoutContentionManager
 // the call returns an error matching ErrInvalidOption. Default: none (the
 // manager's adaptive gate).
 func WithContentionKeys(keys ...string) Option {
