@@ -51,6 +51,15 @@ type mySession struct {
 	queryAttrs atomic.Bool
 }
 
+// next flushes w if r has nothing buffered, then reads the next packet's
+// header (see readHeader).
+func (s *mySession) next(r *bufio.Reader, w *bufio.Writer) (n int64, seq byte, raw bool, err error) {
+	if err := flushIfIdle(r, w, myHeader); err != nil {
+		return 0, 0, false, err
+	}
+	return s.readHeader(r)
+}
+
 // readHeader waits for the next packet and reads its header. It reports
 // raw=true, without reading, if the session switched to raw copying: the
 // check happens after data arrived, and the peer sends such data only after
@@ -79,10 +88,7 @@ func writeHeader(w *bufio.Writer, n int64, seq byte) error {
 func (s *mySession) clientToServer(r *bufio.Reader, w *bufio.Writer) error {
 	handshakeSeen := false
 	for {
-		if err := flushIfIdle(r, w, myHeader); err != nil {
-			return err
-		}
-		n, seq, raw, err := s.readHeader(r)
+		n, seq, raw, err := s.next(r, w)
 		if err != nil {
 			return err
 		}
@@ -201,10 +207,7 @@ func lenencInt(b []byte) (uint64, []byte, bool) {
 func (s *mySession) serverToClient(r *bufio.Reader, w *bufio.Writer) error {
 	greetingSeen := false
 	for {
-		if err := flushIfIdle(r, w, myHeader); err != nil {
-			return err
-		}
-		n, seq, raw, err := s.readHeader(r)
+		n, seq, raw, err := s.next(r, w)
 		if err != nil {
 			return err
 		}
@@ -238,13 +241,9 @@ func (s *mySession) serverToClient(r *bufio.Reader, w *bufio.Writer) error {
 			// command only after the whole reply to the previous one.
 			switch pf.fault {
 			case StallReply:
-				if err := w.Flush(); err != nil {
+				if err := s.stallReply(w, pf); err != nil {
 					return err
 				}
-				if !s.stall(pf) {
-					return errFault
-				}
-				s.pop()
 			case DropAfterCommit:
 				// OK and ERR packets are single packets.
 				if _, err := io.CopyN(io.Discard, r, n); err != nil {

@@ -128,18 +128,11 @@ func (s *pgSession) clientToServer(r *bufio.Reader, w *bufio.Writer) error {
 			_ = w.Flush()
 			return s.hold()
 		}
-		if err := flushIfIdle(r, w, pgHeader); err != nil {
+		hdr, err := readPGHeader(r, w)
+		if err != nil {
 			return err
 		}
-		var hdr [pgHeader]byte
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return err
-		}
-		typ := hdr[0]
-		n := int64(binary.BigEndian.Uint32(hdr[1:]))
-		if n < 4 || n > pgMaxMessage {
-			return errMalformed
-		}
+		typ, n := hdr[0], int64(binary.BigEndian.Uint32(hdr[1:]))
 		switch typ {
 		case 'Q', 'P', 'B', 'E', 'C':
 		default:
@@ -229,31 +222,35 @@ func (s *pgSession) clientToServer(r *bufio.Reader, w *bufio.Writer) error {
 	}
 }
 
+// readPGHeader flushes w if r has nothing buffered, then reads the next
+// message's header (type and length), rejecting impossible lengths.
+func readPGHeader(r *bufio.Reader, w *bufio.Writer) (hdr [pgHeader]byte, err error) {
+	if err := flushIfIdle(r, w, pgHeader); err != nil {
+		return hdr, err
+	}
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return hdr, err
+	}
+	if n := binary.BigEndian.Uint32(hdr[1:]); n < 4 || n > pgMaxMessage {
+		return hdr, errMalformed
+	}
+	return hdr, nil
+}
+
 // serverToClient forwards server messages, carrying out queued faults.
 func (s *pgSession) serverToClient(r *bufio.Reader, w *bufio.Writer) error {
 	for {
-		if err := flushIfIdle(r, w, pgHeader); err != nil {
+		hdr, err := readPGHeader(r, w)
+		if err != nil {
 			return err
 		}
-		var hdr [pgHeader]byte
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return err
-		}
-		typ := hdr[0]
-		n := int64(binary.BigEndian.Uint32(hdr[1:]))
-		if n < 4 || n > pgMaxMessage {
-			return errMalformed
-		}
+		typ, n := hdr[0], int64(binary.BigEndian.Uint32(hdr[1:]))
 		if pf, ok := s.head(); ok && s.zRecv >= pf.zBefore {
 			switch pf.fault {
 			case StallReply:
-				if err := w.Flush(); err != nil {
+				if err := s.stallReply(w, pf); err != nil {
 					return err
 				}
-				if !s.stall(pf) {
-					return errFault
-				}
-				s.pop()
 			case DropAfterCommit:
 				if _, err := io.CopyN(io.Discard, r, n-4); err != nil {
 					return err

@@ -400,6 +400,19 @@ func (s *session) pop() {
 	s.mu.Unlock()
 }
 
+// stallReply sends what is buffered, holds the reply back until pf is
+// released, and dequeues pf; errFault if the session or proxy closed first.
+func (s *session) stallReply(w *bufio.Writer, pf pending) error {
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if !s.stall(pf) {
+		return errFault
+	}
+	s.pop()
+	return nil
+}
+
 // stall blocks until pf is released; it reports false if the session or the
 // proxy closed first.
 func (s *session) stall(pf pending) bool {
