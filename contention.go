@@ -197,12 +197,7 @@ func (m *ContentionManager) acquire(ctx context.Context, arrival *uint64) error 
 			m.inUse--
 			m.grantLocked()
 		} else {
-			for i, x := range m.waiters {
-				if x == w {
-					m.waiters = append(m.waiters[:i], m.waiters[i+1:]...)
-					break
-				}
-			}
+			m.waiters = slices.DeleteFunc(m.waiters, func(x *cmWaiter) bool { return x == w })
 		}
 		m.mu.Unlock()
 		return context.Cause(ctx)
