@@ -125,3 +125,71 @@ func TestContentionManagerJudgesToleratedWidenings(t *testing.T) {
 		})
 	}
 }
+
+// untilWidthChanges runs calm attempts (a tolerated conflict every
+// conflictEvery-th when positive) until the width changes, and returns how
+// many it took.
+func (s *cmSim) untilWidthChanges(conflictEvery int) int {
+	s.t.Helper()
+	w := s.m.Width()
+	for i := 1; ; i++ {
+		if i > 1_000_000 {
+			s.t.Fatalf("width stuck at %v", w)
+		}
+		s.run(1, conflictEvery > 0 && i%conflictEvery == 0, time.Millisecond)
+		if s.m.Width() != w {
+			return i
+		}
+	}
+}
+
+// After conflicts were tolerated at a width, a widening adds one slot
+// instead of doubling the overlap; a widening from a conflict-free width
+// doubles.
+func TestContentionManagerWidensByOneSlotAfterToleratedConflicts(t *testing.T) {
+	s := newCMSim(t, 8)
+	for s.m.Width() > 2 {
+		s.run(1, true, time.Millisecond)
+	}
+	s.untilWidthChanges(0)
+	s.wantWidth("a conflict-free widening", 4)
+	for s.m.Width() > 2 {
+		s.run(1, true, time.Millisecond)
+	}
+	// At width 2 a conflict every 40 attempts (2.5%) is tolerated, but the
+	// streak of 32 conflict-free attempts still comes.
+	s.untilWidthChanges(40)
+	s.wantWidth("a widening after tolerated conflicts", 3)
+}
+
+// A widening that was undone makes only widenings that reach that width
+// again wait longer: the gate returns from 1 to 2 as fast as ever after a
+// failed widening from 2 to 3.
+func TestContentionManagerBacksOffOnlyAtTheWidthThatFailed(t *testing.T) {
+	s := newCMSim(t, 4)
+	for s.m.Width() > 2 {
+		s.run(1, true, time.Millisecond)
+	}
+	// Twice: widened to 3 after tolerated conflicts, then, with the same
+	// goodput at 3 as at 2 (1 ms per commit, a tolerated conflict every
+	// 40th), judged no better after a window and undone.
+	for range 2 {
+		s.untilWidthChanges(40)
+		s.wantWidth("a widening after tolerated conflicts", 3)
+		s.untilWidthChanges(40)
+		s.wantWidth("an undone widening", 1.5)
+	}
+	for s.m.Width() > 1 {
+		s.run(1, true, time.Millisecond)
+	}
+	back := s.untilWidthChanges(0)
+	s.wantWidth("back from 1", 2)
+	if limit := cmStreak + cmJudgeWindow/4; back > limit {
+		t.Errorf("back from 1 to 2 took %d attempts, more than %d: the failures at 3 slowed it", back, limit)
+	}
+	again := s.untilWidthChanges(0)
+	s.wantWidth("widening again from 2", 4)
+	if min := 2 * cmStreak << 2; again < min {
+		t.Errorf("widening again past 3 took %d attempts, fewer than %d: no backoff", again, min)
+	}
+}

@@ -43,7 +43,7 @@
 //
 // Between attempts RunInTx waits. By default each database handle has a
 // ContentionManager: a FIFO gate whose width halves when conflicts become
-// frequent and doubles after conflict-free streaks (a widening that only
+// frequent and widens after conflict-free streaks (a widening that only
 // tolerated conflicts stays if it commits more), so that under contention
 // attempts queue in arrival order instead of colliding, and retries wait in
 // that queue. WithContentionKeys replaces the gate for a call by the keys it
