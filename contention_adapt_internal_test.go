@@ -24,12 +24,12 @@ func newCMSim(t *testing.T, maxWidth int) *cmSim {
 func (s *cmSim) run(n int, conflict bool, d time.Duration) {
 	s.t.Helper()
 	for range n {
-		var arrival uint64
-		if !s.m.tryAcquire(&arrival) {
+		var ticket cmTicket
+		if !s.m.tryAcquire(&ticket) {
 			s.t.Fatal("the gate is closed to a lone caller")
 		}
 		s.now = s.now.Add(d)
-		s.m.release(conflict, d, s.now)
+		s.m.release(&ticket, conflict, d, s.now)
 	}
 }
 
@@ -143,10 +143,10 @@ func (s *cmSim) untilWidthChanges(conflictEvery int) int {
 	}
 }
 
-// After conflicts were tolerated at a width, a widening adds one slot
-// instead of doubling the overlap; a widening from a conflict-free width
-// doubles.
-func TestContentionManagerWidensByOneSlotAfterToleratedConflicts(t *testing.T) {
+// After conflicts were tolerated at a width, a widening adds half of it
+// (rounded up) instead of doubling the overlap; a widening from a
+// conflict-free width doubles.
+func TestContentionManagerWidensByHalfAfterToleratedConflicts(t *testing.T) {
 	s := newCMSim(t, 8)
 	for s.m.Width() > 2 {
 		s.run(1, true, time.Millisecond)
@@ -160,6 +160,11 @@ func TestContentionManagerWidensByOneSlotAfterToleratedConflicts(t *testing.T) {
 	// streak of 32 conflict-free attempts still comes.
 	s.untilWidthChanges(40)
 	s.wantWidth("a widening after tolerated conflicts", 3)
+	// Conflicts at 3 undo the widening: back to 2, not half of 3.
+	for s.m.Width() == 3 {
+		s.run(1, true, time.Millisecond)
+	}
+	s.wantWidth("an undone widening", 2)
 }
 
 // A widening that was undone makes only widenings that reach that width
@@ -170,15 +175,23 @@ func TestContentionManagerBacksOffOnlyAtTheWidthThatFailed(t *testing.T) {
 	for s.m.Width() > 2 {
 		s.run(1, true, time.Millisecond)
 	}
-	// Twice: widened to 3 after tolerated conflicts, then, with the same
+	// Twice widened to 3 after tolerated conflicts, then, with the same
 	// goodput at 3 as at 2 (1 ms per commit, a tolerated conflict every
-	// 40th), judged no better after a window and undone.
-	for range 2 {
-		s.untilWidthChanges(40)
+	// 40th), judged no better after a window and undone, back to 2.
+	undone := func() {
+		t.Helper()
 		s.wantWidth("a widening after tolerated conflicts", 3)
 		s.untilWidthChanges(40)
-		s.wantWidth("an undone widening", 1.5)
+		s.wantWidth("an undone widening", 2)
 	}
+	s.untilWidthChanges(40)
+	undone()
+	// The second widening needs a streak twice as long: one tolerated
+	// conflict, then a long calm.
+	s.run(10, false, time.Millisecond)
+	s.run(1, true, time.Millisecond)
+	s.untilWidthChanges(0)
+	undone()
 	for s.m.Width() > 1 {
 		s.run(1, true, time.Millisecond)
 	}
@@ -192,4 +205,45 @@ func TestContentionManagerBacksOffOnlyAtTheWidthThatFailed(t *testing.T) {
 	if min := 2 * cmStreak << 2; again < min {
 		t.Errorf("widening again past 3 took %d attempts, fewer than %d: no backoff", again, min)
 	}
+}
+
+// A conflict narrows the gate at most once per generation of attempts:
+// those admitted before the width last narrowed do not narrow it again
+// (TCP halves its window at most once per round trip for the same reason).
+func TestContentionManagerNarrowsOncePerGeneration(t *testing.T) {
+	s := newCMSim(t, 8)
+	s.run(10, false, time.Millisecond) // sets the average commit
+	var inFlight [8]cmTicket
+	for i := range inFlight {
+		if !s.m.tryAcquire(&inFlight[i]) {
+			t.Fatalf("attempt %d not admitted at width 8", i)
+		}
+	}
+	// All eight end in expensive conflicts (1 s against 1 ms commits):
+	// the first halves the width, the other seven were admitted before.
+	for i := range inFlight {
+		s.now = s.now.Add(time.Second)
+		s.m.release(&inFlight[i], true, time.Second, s.now)
+	}
+	s.wantWidth("after eight conflicts of one generation", 4)
+	s.run(1, true, time.Second) // admitted after the narrowing
+	s.wantWidth("after a conflict of the next generation", 2)
+}
+
+// An attempt admitted before a widening still undoes it if it conflicts:
+// only narrowings start a new generation.
+func TestContentionManagerWideningKeepsTheGeneration(t *testing.T) {
+	s := newCMSim(t, 4)
+	for s.m.Width() > 2 {
+		s.run(1, true, time.Millisecond)
+	}
+	var a cmTicket
+	if !s.m.tryAcquire(&a) {
+		t.Fatal("not admitted at width 2")
+	}
+	s.untilWidthChanges(0) // the other slot's attempts widen the gate
+	s.wantWidth("widened while a was running", 4)
+	s.now = s.now.Add(time.Second)
+	s.m.release(&a, true, time.Second, s.now)
+	s.wantWidth("after a's expensive conflict", 2)
 }

@@ -22,8 +22,8 @@ func TestAdmittedWhileGivingUpPassesThePlaceOn(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() {
-			var arrival uint64
-			errc <- m.acquire(ctx, &arrival)
+			var ticket cmTicket
+			errc <- m.acquire(ctx, &ticket)
 		}()
 		for m.Queued() != 1 {
 			time.Sleep(time.Millisecond)
@@ -63,15 +63,15 @@ func TestRetryKeepsItsCallsPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	var a, b, c uint64
+	var a, b, c cmTicket
 	if !m.tryAcquire(&a) { // call A holds the gate
 		t.Fatal("an open gate refused the first call")
 	}
 	admitted := make(chan string, 3)
-	queue := func(name string, arrival *uint64) {
+	queue := func(name string, ticket *cmTicket) {
 		n := m.Queued()
 		go func() {
-			if err := m.acquire(context.Background(), arrival); err != nil {
+			if err := m.acquire(context.Background(), ticket); err != nil {
 				t.Error(err)
 			}
 			admitted <- name
@@ -82,18 +82,18 @@ func TestRetryKeepsItsCallsPlace(t *testing.T) {
 	}
 	queue("B", &b)
 	queue("C", &c)
-	m.release(true, time.Millisecond, now) // A conflicts: B's turn
+	m.release(&a, true, time.Millisecond, now) // A conflicts: B's turn
 	if got := <-admitted; got != "B" {
 		t.Fatalf("%s admitted, want B", got)
 	}
 	queue("A", &a) // A's retry
-	m.release(false, time.Millisecond, now)
+	m.release(&b, false, time.Millisecond, now)
 	if got := <-admitted; got != "A" {
 		t.Fatalf("%s admitted after B, want A's retry before C, which arrived later", got)
 	}
-	m.release(false, time.Millisecond, now)
+	m.release(&a, false, time.Millisecond, now)
 	if got := <-admitted; got != "C" {
 		t.Fatalf("%s admitted, want C", got)
 	}
-	m.release(false, time.Millisecond, now)
+	m.release(&c, false, time.Millisecond, now)
 }

@@ -98,15 +98,15 @@ func run(ctx context.Context, r *runner, opts []Option) error {
 }
 
 type runner struct {
-	cfg     config // resolved once per call, then read-only
-	a       core.Adapter
-	cm      *ContentionManager
-	parent  *txCtxVal
-	start   time.Time
-	waited  time.Duration
-	queued  time.Duration // waiting for the contention manager's admission
-	arrival uint64        // the call's place in the contention manager's order
-	fnCtx   attemptCtx    // the context handed to fn in the first attempt
+	cfg    config // resolved once per call, then read-only
+	a      core.Adapter
+	cm     *ContentionManager
+	parent *txCtxVal
+	start  time.Time
+	waited time.Duration
+	queued time.Duration // waiting for the contention manager's admission
+	ticket cmTicket      // the call's place in the contention manager's order, and its attempt's admission
+	fnCtx  attemptCtx    // the context handed to fn in the first attempt
 }
 
 // attemptCtx is the context handed to fn: the caller's context plus the
@@ -303,7 +303,7 @@ func (r *runner) deadline(ctx context.Context) (time.Time, string) {
 // deadline.
 func (r *runner) admit(ctx context.Context, deadline time.Time) error {
 	keys := r.cfg.keys
-	if len(keys) > 0 && r.cm.tryLockKeys(keys) || len(keys) == 0 && r.cm.tryAcquire(&r.arrival) {
+	if len(keys) > 0 && r.cm.tryLockKeys(keys) || len(keys) == 0 && r.cm.tryAcquire(&r.ticket) {
 		return nil
 	}
 	if !deadline.IsZero() {
@@ -316,7 +316,7 @@ func (r *runner) admit(ctx context.Context, deadline time.Time) error {
 	if len(keys) > 0 {
 		return r.cm.lockKeys(ctx, keys)
 	}
-	return r.cm.acquire(ctx, &r.arrival)
+	return r.cm.acquire(ctx, &r.ticket)
 }
 
 // leave gives back what admit took.
@@ -325,7 +325,7 @@ func (r *runner) leave(conflict bool, d time.Duration, now time.Time) {
 		r.cm.unlockKeys(r.cfg.keys)
 		return
 	}
-	r.cm.release(conflict, d, now)
+	r.cm.release(&r.ticket, conflict, d, now)
 }
 
 // wait sleeps d on the configured clock, or until ctx ends.
