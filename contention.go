@@ -21,14 +21,15 @@ import (
 //     a retryable error, or was cut short by its caller's deadline) once
 //     conflicts take more than 1/10 of the recent attempt time, a moving
 //     average over about 64 commits in which each attempt weighs what it
-//     lasted. A rarer conflict is tolerated. It halves at most once per
-//     generation of attempts: a conflict of an attempt admitted before
-//     the width last narrowed does not narrow it again (as TCP halves its
-//     window at most once per round trip), or the attempts still running
-//     at the wider width would each halve it. A conflict that cost more
-//     than a usual commit (a deadlock that PostgreSQL detects only after
-//     its 1 s deadlock_timeout) is also paid back: the streak below starts
-//     only after as many commits as the failed attempt lasted.
+//     lasted. A rarer conflict is tolerated. Cheap conflicts halve it at
+//     most once per generation of attempts: one of an attempt admitted
+//     before the width last narrowed does not narrow it again (as TCP
+//     halves its window at most once per round trip), or the attempts
+//     still running at the wider width would each halve it. A conflict
+//     that cost more than 4 usual commits (a deadlock that PostgreSQL
+//     detects only after its 1 s deadlock_timeout) halves it whenever it
+//     comes, and is paid back: the streak below starts only after as many
+//     commits as the failed attempt lasted.
 //   - It widens, up to the maximum, after a streak of 16 x width attempts
 //     without a conflict: it doubles if no conflict was tolerated at this
 //     width, and otherwise grows by half (2 to 3, 4 to 6), since twice the
@@ -105,6 +106,9 @@ const (
 	// cmMaxFails: each widening in a row that was undone doubles the
 	// streak the next one needs, up to 2^cmMaxFails times.
 	cmMaxFails = 6
+	// cmCheap: a conflict that lasted at most this many average commits is
+	// cheap, and narrows the gate at most once per generation.
+	cmCheap = 4
 	// cmMaxDebt caps, in commits, what one expensive conflict costs.
 	cmMaxDebt = 100_000
 	// cmRateWindow is the span, in average commits, of the moving average
@@ -258,12 +262,15 @@ func (m *ContentionManager) release(t *cmTicket, conflict bool, d time.Duration,
 	}
 	m.rate += (x - m.rate) * weight / cmRateWindow
 	switch {
-	case conflict && (m.rate <= cmMaxRate || t.epoch < m.cut):
-		// Tolerated: no widening for a while. An attempt admitted before
-		// the width last changed does not change it again: like TCP,
-		// which halves its window at most once per round trip, the gate
-		// halves at most once per generation of attempts, or the attempts
-		// still running at the wider width would each halve it again.
+	case conflict && (m.rate <= cmMaxRate || t.epoch < m.cut && weight <= cmCheap):
+		// Tolerated: no widening for a while. A cheap conflict of an
+		// attempt admitted before the width last narrowed does not narrow
+		// it again: like TCP, which halves its window at most once per
+		// round trip, the gate halves at most once per generation of
+		// attempts, or the attempts still running at the wider width would
+		// each halve it again. An expensive one (a deadlock found after
+		// 1 s) still does, as TCP's timeouts do: waiting a generation per
+		// halving would cost a second each.
 		m.streak = 0
 	case conflict:
 		w := max(1, m.width/2)

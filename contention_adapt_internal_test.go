@@ -207,27 +207,38 @@ func TestContentionManagerBacksOffOnlyAtTheWidthThatFailed(t *testing.T) {
 	}
 }
 
-// A conflict narrows the gate at most once per generation of attempts:
-// those admitted before the width last narrowed do not narrow it again
-// (TCP halves its window at most once per round trip for the same reason).
+// A cheap conflict narrows the gate at most once per generation of
+// attempts: those admitted before the width last narrowed do not narrow it
+// again (TCP halves its window at most once per round trip for the same
+// reason). Expensive ones, such as deadlocks found after a second, do.
 func TestContentionManagerNarrowsOncePerGeneration(t *testing.T) {
-	s := newCMSim(t, 8)
-	s.run(10, false, time.Millisecond) // sets the average commit
-	var inFlight [8]cmTicket
-	for i := range inFlight {
-		if !s.m.tryAcquire(&inFlight[i]) {
-			t.Fatalf("attempt %d not admitted at width 8", i)
-		}
+	for _, tc := range []struct {
+		name      string
+		d         time.Duration // of each conflict, against 1 ms commits
+		afterGen  float64       // width after eight conflicts of one generation
+		afterNext float64       // and after one of the next generation
+	}{
+		{"cheap conflicts", 2 * time.Millisecond, 4, 2},
+		{"deadlocks", time.Second, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newCMSim(t, 8)
+			s.run(10, false, time.Millisecond) // sets the average commit
+			var inFlight [8]cmTicket
+			for i := range inFlight {
+				if !s.m.tryAcquire(&inFlight[i]) {
+					t.Fatalf("attempt %d not admitted at width 8", i)
+				}
+			}
+			for i := range inFlight {
+				s.now = s.now.Add(tc.d)
+				s.m.release(&inFlight[i], true, tc.d, s.now)
+			}
+			s.wantWidth("after eight conflicts of one generation", tc.afterGen)
+			s.run(1, true, tc.d) // admitted after the narrowing
+			s.wantWidth("after a conflict of the next generation", tc.afterNext)
+		})
 	}
-	// All eight end in expensive conflicts (1 s against 1 ms commits):
-	// the first halves the width, the other seven were admitted before.
-	for i := range inFlight {
-		s.now = s.now.Add(time.Second)
-		s.m.release(&inFlight[i], true, time.Second, s.now)
-	}
-	s.wantWidth("after eight conflicts of one generation", 4)
-	s.run(1, true, time.Second) // admitted after the narrowing
-	s.wantWidth("after a conflict of the next generation", 2)
 }
 
 // An attempt admitted before a widening still undoes it if it conflicts:
