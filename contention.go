@@ -119,9 +119,8 @@ const (
 	// so may fail at a width that commits more than a narrower one (InnoDB
 	// transfers among ten accounts commit 1.4-1.6x serial at widths 2 and
 	// 3, with 8% of attempts deadlocked; at 1/12 the gate kept falling
-	// back to 1 and reached 1.35x). A
-	// deadlock that cost a second weighs hundreds of commits and always
-	// halves.
+	// back to 1 and reached 1.35x). A deadlock that cost a second weighs
+	// hundreds of commits and always halves.
 	cmMaxRate = 1.0 / 10
 	// cmJudgeWindow attempts per unit of width judge a widening during
 	// which conflicts were tolerated: it is kept only if it committed
@@ -273,14 +272,11 @@ func (m *ContentionManager) release(t *cmTicket, conflict bool, d time.Duration,
 		// halving would cost a second each.
 		m.streak = 0
 	case conflict:
-		w := max(1, m.width/2)
 		if m.probing {
-			m.failed()
-			w = m.from // undo the widening
+			m.undo(now)
+		} else {
+			m.narrow(max(1, m.width/2), now)
 		}
-		m.probing = false
-		m.setWidth(w, now)
-		m.cut = m.epoch
 		if m.avg > 0 {
 			m.debt = int(min(int64(m.debt)+int64(d/m.avg), cmMaxDebt))
 		}
@@ -315,11 +311,21 @@ func (m *ContentionManager) release(t *cmTicket, conflict bool, d time.Duration,
 	m.mu.Unlock()
 }
 
-// failed records that the widening to the current width was undone.
-func (m *ContentionManager) failed() {
+// undo returns to the width before the last widening, which conflicts
+// pushed over the share or the judge rejected: the next widening to this
+// width or beyond waits longer.
+func (m *ContentionManager) undo(now time.Time) {
 	m.fails = min(m.fails+1, cmMaxFails)
 	m.failW = m.width
 	m.probing = false
+	m.narrow(m.from, now)
+}
+
+// narrow sets a narrower width and starts a generation: attempts admitted
+// before it no longer narrow the gate with a cheap conflict.
+func (m *ContentionManager) narrow(w float64, now time.Time) {
+	m.setWidth(w, now)
+	m.cut = m.epoch
 }
 
 // held records that the widening to the current width was kept: widening
@@ -375,10 +381,7 @@ func (m *ContentionManager) judge(conflict bool, now time.Time) {
 	}
 	if m.probing && m.win.conflicts > 0 {
 		if m.win.rate(now) < m.base*(1+cmGain) {
-			m.failed()
-			m.probing = false
-			m.setWidth(m.from, now)
-			m.cut = m.epoch
+			m.undo(now)
 			return
 		}
 		m.held()
