@@ -1,9 +1,14 @@
 package engines
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
@@ -89,8 +94,8 @@ func TestGaleraNodeLeaves(t *testing.T) {
 // commit marker through node 1, where a load balancer would send the next
 // connection:
 //
-//   - frozen: node 3 is stopped (SIGSTOP) just before the COMMIT reaches it,
-//     then killed, so the COMMIT is in flight but never executed; the
+//   - frozen: node 3 is stopped (SIGSTOP, and every thread seen stopped)
+//     just before the COMMIT reaches it, then killed, so the COMMIT is in flight but never executed; the
 //     verifier must say "not committed" and the transfer is re-run, once,
 //     through node 1;
 //   - committed: the COMMIT runs and replicates, its reply is lost (fault
@@ -137,7 +142,10 @@ func TestGaleraNodeKilledDuringCommit(t *testing.T) {
 			proxy.SetPolicy(func(_, _ int) faultproxy.Fault {
 				once.Do(func() {
 					if tt.freeze {
-						if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+						// kill returns once the signal is queued; the
+						// threads stop later. Forward the COMMIT only when
+						// none of them can still execute it.
+						if err := freeze(pid, 5*time.Second); err != nil {
 							killed <- err
 							return
 						}
@@ -193,4 +201,60 @@ func TestGaleraNodeKilledDuringCommit(t *testing.T) {
 	if got := g.balances(t, 2); !slices.Equal(got, want) {
 		t.Errorf("node 3 after rejoining: balances %v, want %v", got, want)
 	}
+}
+
+// freeze sends SIGSTOP to pid and waits until every one of its threads is
+// stopped. The kernel queues SIGSTOP on one thread, which then stops the
+// others: until it has run, a thread woken by a COMMIT can still execute and
+// replicate it (seen once in CI, where a "frozen" node committed).
+func freeze(pid int, timeout time.Duration) error {
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		running, err := runningThreads(pid)
+		if err != nil {
+			return err
+		}
+		if running == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pid %d: %d threads still running %v after SIGSTOP", pid, running, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runningThreads counts the threads of pid that are not stopped, from the
+// state field of /proc/PID/task/TID/stat ('T' stopped, 't' traced).
+func runningThreads(pid int) (int, error) {
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	if len(stats) == 0 {
+		return 0, fmt.Errorf("pid %d: no threads in /proc", pid)
+	}
+	running := 0
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // the thread exited
+		}
+		if err != nil {
+			return 0, err
+		}
+		// The command name in parentheses may hold spaces: the state is
+		// the first field after the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return 0, fmt.Errorf("%s: cannot parse %q", f, b)
+		}
+		if st := b[i+2]; st != 'T' && st != 't' {
+			running++
+		}
+	}
+	return running, nil
 }
