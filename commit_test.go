@@ -143,6 +143,63 @@ func TestBeginHonoursCancellationWhileWaitingForAConnection(t *testing.T) {
 	}
 }
 
+// TestBeginEndedByCancellationIsRolledBack: a caller that gives up while a
+// short BEGIN runs (one that ends before RunInTx starts following the
+// caller's context) gets its context's error, fn is not called, and the
+// transaction that began is rolled back.
+func TestBeginEndedByCancellationIsRolledBack(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := newFixture(t, &fakedb.Driver{
+		OnBegin: func(context.Context, int, driver.TxOptions) error {
+			cancel() // the caller gives up; BEGIN itself succeeds
+			return nil
+		},
+	})
+	var calls atomic.Int32
+	err := txretry.RunInTx(ctx, f.db, execFn(&calls), f.opts()...)
+	if !errors.Is(err, context.Canceled) || calls.Load() != 0 {
+		t.Fatalf("err = %v after %d calls of fn, want context.Canceled and none", err, calls.Load())
+	}
+	if st := f.drv.Stats(); st.ActiveTx != 0 || st.Rollbacks != 1 {
+		t.Fatalf("%d transaction(s) open, %d rolled back; want 0 and 1", st.ActiveTx, st.Rollbacks)
+	}
+}
+
+// TestSlowBeginStopsFollowingTheCaller: a BEGIN slow enough that RunInTx
+// starts following the caller's context must stop following it when BEGIN
+// ends. The caller cancelling afterwards must not reach the pooled context
+// that later calls begin their transactions on.
+func TestSlowBeginStopsFollowingTheCaller(t *testing.T) {
+	var slow atomic.Bool
+	f := newFixture(t, &fakedb.Driver{
+		OnBegin: func(context.Context, int, driver.TxOptions) error {
+			if slow.Load() {
+				time.Sleep(20 * time.Millisecond)
+			}
+			return nil
+		},
+	})
+	var calls atomic.Int32
+	for range 5 {
+		ctx, cancel := context.WithCancel(context.Background())
+		slow.Store(true)
+		if err := txretry.RunInTx(ctx, f.db, execFn(&calls), f.opts()...); err != nil {
+			t.Fatalf("a slow BEGIN: %v", err)
+		}
+		slow.Store(false)
+		cancel()
+		// A callback still registered on ctx would cancel the pooled
+		// context on its own goroutine: give it the time to run.
+		time.Sleep(5 * time.Millisecond)
+		for range 20 {
+			if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), f.opts()...); err != nil {
+				t.Fatalf("a call after an earlier caller cancelled: %v", err)
+			}
+		}
+	}
+}
+
 // TestCancelledTransactionContextIsNotReused: the contexts transactions are
 // begun on are pooled, and one that was cancelled (a COMMIT that outlived
 // WithCommitTimeout, a BEGIN the caller gave up on) must never serve another

@@ -6,6 +6,13 @@ import (
 	"time"
 )
 
+// beginWatchDelay is how long BEGIN (with the wait for a pooled connection)
+// runs before the shield starts to follow the caller's context, so a caller
+// that gives up during BEGIN is heard at most this late. Most BEGINs end
+// sooner and then cost no registration on the caller's context
+// (context.AfterFunc allocates twice), only the shield's pooled timer.
+const beginWatchDelay = 2 * time.Millisecond
+
 // A shield is the context a database/sql transaction is begun on: it
 // carries the caller's values but not the caller's cancellation, and the
 // adapter cancels it itself, to abandon BEGIN when the caller gives up and to
@@ -24,6 +31,15 @@ type shield struct {
 	timer   *time.Timer // cancels when a COMMIT or ROLLBACK outlives its timeout
 	armed   bool
 	spoiled bool // cancelled, or about to be by a callback already started
+
+	// During BEGIN, watchTimer calls follow after beginWatchDelay. A late
+	// call from an earlier use of the shield finds watching false, or
+	// follows the current caller early, which is harmless.
+	watchTimer *time.Timer
+	mu         sync.Mutex // guards the fields below against follow
+	watching   bool
+	caller     context.Context
+	unfollow   func() bool // from context.AfterFunc(caller, cancel), once follow ran
 }
 
 var shields = sync.Pool{New: func() any {
@@ -36,6 +52,43 @@ func getShield(ctx context.Context) *shield {
 	s := shields.Get().(*shield)
 	s.values.parent = ctx
 	return s
+}
+
+// watch makes the shield end with ctx, from beginWatchDelay on, until
+// endWatch.
+func (s *shield) watch(ctx context.Context) {
+	s.mu.Lock()
+	s.watching, s.caller = true, ctx
+	s.mu.Unlock()
+	if s.watchTimer == nil {
+		s.watchTimer = time.AfterFunc(beginWatchDelay, s.follow)
+	} else {
+		s.watchTimer.Reset(beginWatchDelay)
+	}
+}
+
+// follow runs on the watch timer's goroutine.
+func (s *shield) follow() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watching && s.unfollow == nil {
+		s.unfollow = context.AfterFunc(s.caller, s.cancel)
+	}
+}
+
+// endWatch stops watching and reports whether the caller's end cancelled the
+// shield meanwhile (the shield is then spoiled).
+func (s *shield) endWatch() (cancelled bool) {
+	s.watchTimer.Stop()
+	s.mu.Lock()
+	unfollow := s.unfollow
+	s.watching, s.caller, s.unfollow = false, nil, nil
+	s.mu.Unlock()
+	if unfollow != nil && !unfollow() {
+		s.spoiled = true
+		return true
+	}
+	return false
 }
 
 // arm starts the timer that cancels the shield after d.

@@ -30,7 +30,9 @@ type DB interface {
 // govern COMMIT: once fn has returned nil, the transaction is committed
 // under WithCommitTimeout even if ctx ends meanwhile, so that a cancellation
 // never by itself makes a commit uncertain. The transaction is therefore
-// begun on a context that does not carry ctx's cancellation.
+// begun on a context that does not carry ctx's cancellation; BEGIN and the
+// wait for a pooled connection still end with ctx, at most 2 ms after it
+// ended.
 func RunInTx(ctx context.Context, db DB, fn func(ctx context.Context, tx *sql.Tx) error, opts ...Option) error {
 	if isNil(db) {
 		return fmt.Errorf("%w: nil DB", ErrInvalidOption)
@@ -111,13 +113,14 @@ func (t *sqlTx) begin(ctx context.Context, db DB, o core.TxOptions) error {
 		t.tx, err = db.BeginTx(t.sh.ctx, &t.opts)
 	} else {
 		// BEGIN itself (and the wait for a pooled connection) still
-		// honours the caller's cancellation.
-		stop := context.AfterFunc(ctx, t.sh.cancel)
+		// honours the caller's cancellation: a short one by the check
+		// after it, a long one by the shield's watch.
+		t.sh.watch(ctx)
 		t.tx, err = db.BeginTx(t.sh.ctx, &t.opts)
-		if !stop() {
-			t.sh.spoiled = true
-			// ctx ended during BEGIN or the wait for a connection; if a
-			// transaction began, database/sql is rolling it back.
+		if t.sh.endWatch() || ctx.Err() != nil {
+			// ctx ended during BEGIN or the wait for a connection. If a
+			// transaction began, roll it back (database/sql may already be
+			// doing so, if the watch cancelled the shield).
 			if err == nil {
 				_ = t.tx.Rollback()
 			}
