@@ -72,6 +72,10 @@ func TestBenchShortRun(t *testing.T) {
 				if r.st.other > 0 {
 					report("%s %s: %d other errors, e.g. %s", r.workload, r.runner, r.st.other, r.st.otherSample)
 				}
+				// The serial worker is inside a transaction most of the time.
+				if w := windowPct(&r, refRuns{}); r.runner == "serial" && !(w > 0 && w <= 100) {
+					t.Errorf("%s serial: window %v%% of the time, want within (0, 100]", r.workload, w)
+				}
 			}
 
 			var table, tsv bytes.Buffer

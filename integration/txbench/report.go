@@ -55,6 +55,7 @@ var metrics = []metric{
 	{col: "p50_ms", head: "p50 ms", digit: -1, get: func(r *runResult, _ refRuns) float64 { return ms(r.p50) }},
 	{col: "p99_ms", head: "p99 ms", digit: -1, get: func(r *runResult, _ refRuns) float64 { return ms(r.p99) }},
 	{col: "p999_ms", head: "p99.9 ms", digit: -1, get: func(r *runResult, _ refRuns) float64 { return ms(r.p999) }},
+	{col: "window_pct", digit: 1, get: windowPct},
 	{col: "calls", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.calls) }},
 	{col: "committed_in_deadline", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.inDeadline) }},
 	{col: "late", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.late) }},
@@ -65,6 +66,19 @@ var metrics = []metric{
 	{col: "cut", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.cut) }},
 	{col: "attempts", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.attempts) }},
 	{col: "commits", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.commits) }},
+}
+
+// windowPct is the share of the workers' time that txretry's committed
+// calls spent between their committing attempt's first statement and
+// COMMIT's reply (see stats.window); NaN for other runners. For the serial
+// runner it bounds what overlap can gain where any two transactions that
+// overlap in that window conflict: no schedule commits more than 100/pct
+// times serial.
+func windowPct(r *runResult, _ refRuns) float64 {
+	if r.st.window == 0 || r.duration == 0 || r.workers == 0 {
+		return math.NaN()
+	}
+	return 100 * float64(r.st.window) / float64(r.duration*time.Duration(r.workers))
 }
 
 // format renders v with m's precision; NaN as "-".
@@ -293,6 +307,10 @@ func writeTable(w io.Writer, cfg *config, sums []summary, ref string) error {
 			}
 			row = append(row, s.checks(), s.codes())
 			rows = append(rows, row)
+			if w := s.median(metric{get: windowPct}); s.runner == "serial" && w > 0 {
+				notes = append(notes, fmt.Sprintf("serial spends %.0f%% of its time between a transaction's first statement and COMMIT's reply: "+
+					"where any two transactions that overlap there conflict, no schedule commits more than %.2fx serial", w, 100/w))
+			}
 			for _, r := range s.runs {
 				if !r.check.ok() {
 					notes = append(notes, fmt.Sprintf("%s #%d: check %s", s.runner, r.repeat, r.check))

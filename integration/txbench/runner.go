@@ -168,7 +168,14 @@ func (w *worker) call(ctx context.Context, id int64) (outcome, int, error) {
 		if w.r.keys {
 			opts = append(slices.Clip(opts), txretry.WithContentionKeys(w.wl.keys(id)...))
 		}
-		err := w.c.runTxretry(ctx, body, opts)
+		var began time.Time
+		err := w.c.runTxretry(ctx, func(ctx context.Context, q querier) error {
+			began = time.Now()
+			return body(ctx, q)
+		}, opts)
+		if err == nil {
+			w.st.window += time.Since(began)
+		}
 		return classifyTxretry(ctx, err), w.attempts, err
 	case kindCenkalti:
 		return w.cenkalti(ctx, body)

@@ -34,6 +34,12 @@ type stats struct {
 	attempts   int64 // attempts of all calls
 	commits    int64 // calls reported committed, cut ones included
 
+	// window sums, over txretry's committed calls, the time from the start
+	// of the committing attempt's body (its first statement, where
+	// PostgreSQL takes a SERIALIZABLE transaction's snapshot) to the call's
+	// return, COMMIT's reply included.
+	window time.Duration
+
 	codes map[string]int64 // failed attempts by SQLSTATE / error number
 
 	committedIDs []int64 // calls reported committed
@@ -98,6 +104,7 @@ func (s *stats) merge(o *stats) {
 	s.cut += o.cut
 	s.attempts += o.attempts
 	s.commits += o.commits
+	s.window += o.window
 	for k, v := range o.codes {
 		s.codes[k] += v
 	}

@@ -311,6 +311,39 @@ func TestSummaryAndTSVReport(t *testing.T) {
 	}
 }
 
+// TestSerialWindowBound: the serial runner's share of time inside its
+// transactions' snapshot windows gives the bound on overlap that the table
+// notes (90% of the time: at most 1.11x serial); runners without the
+// measurement show none.
+func TestSerialWindowBound(t *testing.T) {
+	var results []runResult
+	for rep, share := range []float64{0.88, 0.9, 0.95} {
+		r := fakeRun("serial", rep+1, 1000, nil)
+		r.workers = 1
+		r.st.window = time.Duration(share * float64(r.duration))
+		results = append(results, r, fakeRun("jitter", rep+1, 500, nil))
+	}
+	sums := summarize(results, []string{"serial", "jitter"}, "serial")
+	if w := sums[0].median(metric{get: windowPct}); math.Abs(w-90) > 1e-9 {
+		t.Errorf("serial window %v%%, want the median 90%%", w)
+	}
+	if w := sums[1].median(metric{get: windowPct}); !math.IsNaN(w) {
+		t.Errorf("jitter window %v, want none", w)
+	}
+	var buf bytes.Buffer
+	cfg := &config{workers: 32, duration: 10 * time.Second, deadline: time.Second, repeat: 3}
+	if err := writeTable(&buf, cfg, sums, "serial"); err != nil {
+		t.Fatal(err)
+	}
+	if want := "serial spends 90% of its time between a transaction's first statement and COMMIT's reply: " +
+		"where any two transactions that overlap there conflict, no schedule commits more than 1.11x serial"; !strings.Contains(buf.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, buf.String())
+	}
+	if strings.Count(buf.String(), "spends") != 1 {
+		t.Errorf("want one window note, for serial only:\n%s", buf.String())
+	}
+}
+
 func TestParseFlags(t *testing.T) {
 	env := map[string]string{envPGDSN: "postgres://x", envMySQLDSN: "root@tcp(x)/y"}
 	getenv := func(k string) string { return env[k] }
