@@ -55,7 +55,8 @@ import (
 // width (PostgreSQL's SERIALIZABLE at low contention, whose page-level
 // predicate locks fail about 8% of 32 concurrent transfers among 10,000
 // accounts), it settles at a width that keeps conflicts under the share,
-// and commits somewhat less than no gate would (see the README).
+// which has committed less than no gate on one day of the development
+// machine and more on another (see the README).
 //
 // A caller waits for admission before BEGIN and leaves the gate after COMMIT
 // or ROLLBACK: it never waits while holding a transaction, so the gate
