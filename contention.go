@@ -295,12 +295,9 @@ func (m *ContentionManager) release(t *cmTicket, conflict bool, d time.Duration,
 	}
 	if !conflict {
 		if slow {
-			// Slow start, as TCP's: a fresh gate opens from 1, doubling
-			// after each generation of attempts without a conflict, until
-			// the first conflict (which halves it back above) or the
-			// maximum. A burst of callers on a fresh gate then queues
-			// instead of colliding all at once, which on PostgreSQL's ten
-			// accounts meant deadlocks that outlived the callers' deadlines.
+			// Slow start (see the type's documentation): double after a
+			// generation without a conflict; the first conflict ends it
+			// in the case above.
 			m.streak++
 			if m.streak >= int(m.width) {
 				m.setWidth(min(2*m.width, m.max), now)
