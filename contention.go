@@ -14,13 +14,9 @@ import (
 // ContentionManager admits attempts to the database through a FIFO gate
 // whose width adapts to conflicts, so that under contention transactions
 // queue in order instead of colliding and sleeping blindly, and no caller
-// starves. Its width (the number of attempts that may run at once) adapts:
+// starves. Its width (the number of attempts that may run at once) starts at
+// the maximum and adapts:
 //
-//   - A fresh gate starts at 1 and doubles after each generation of
-//     attempts without a conflict (1 + 2 + 4 + ... attempts), as TCP's slow
-//     start does, until the maximum or the first conflict, which returns it
-//     to the width before the last doubling. A burst of callers on a fresh
-//     gate then queues instead of colliding all at once.
 //   - It halves, never below 1, on a conflict (an attempt that failed with
 //     a retryable error, or was cut short by its caller's deadline) once
 //     conflicts take more than 1/10 of the recent attempt time, a moving
@@ -66,7 +62,11 @@ import (
 // or ROLLBACK: it never waits while holding a transaction, so the gate
 // cannot deadlock against the database's own locks. A nested call on a
 // handle gated by the same manager does not queue again. Waiting honours the
-// call's context, its deadline and its time budget.
+// call's context, its deadline and its time budget. Calls whose fns wait for
+// each other (a test that forces a deadlock between two calls, say) need
+// the gate wide enough for all of them: a fresh gate is fully open, but one
+// that conflicts narrowed admits them one at a time, until their deadlines;
+// give such calls WithoutContentionManager.
 //
 // A ContentionManager is safe for concurrent use, and its zero value is
 // ready to use, like NewContentionManager(0); share one among the calls
@@ -89,7 +89,6 @@ type ContentionManager struct {
 	debt    int           // commits to go before the streak counts again
 	avg     time.Duration // moving average of committed attempts' durations
 	inUse   int
-	opened  bool                   // the slow start is over (see release)
 	epoch   uint64                 // counts width changes; an attempt's ticket records it at admission
 	cut     uint64                 // the epoch the width last narrowed at: older attempts do not narrow it
 	waiters []*cmWaiter            // by arrival of their calls: a retry keeps its call's place
@@ -163,7 +162,7 @@ func NewContentionManager(maxWidth int) (*ContentionManager, error) {
 	if maxWidth == 0 {
 		maxWidth = DefaultContentionWidth
 	}
-	return &ContentionManager{width: 1, max: float64(maxWidth), opened: maxWidth == 1}, nil
+	return &ContentionManager{width: float64(maxWidth), max: float64(maxWidth)}, nil
 }
 
 // Width returns the gate's current width, for observation and tests.
@@ -192,7 +191,7 @@ func (m *ContentionManager) tryAcquire(t *cmTicket) bool {
 
 func (m *ContentionManager) admitLocked() bool {
 	if m.max == 0 { // the zero value: as NewContentionManager(0)
-		m.width, m.max = 1, DefaultContentionWidth
+		m.width, m.max = DefaultContentionWidth, DefaultContentionWidth
 	}
 	if len(m.waiters) == 0 && float64(m.inUse) < m.width {
 		m.inUse++
@@ -266,9 +265,8 @@ func (m *ContentionManager) release(t *cmTicket, conflict bool, d time.Duration,
 		x = 1
 	}
 	m.rate += (x - m.rate) * weight / cmRateWindow
-	slow := !m.opened
 	switch {
-	case conflict && !slow && (m.rate <= cmMaxRate || t.epoch < m.cut && weight <= cmCheap):
+	case conflict && (m.rate <= cmMaxRate || t.epoch < m.cut && weight <= cmCheap):
 		// Tolerated: no widening for a while. A cheap conflict of an
 		// attempt admitted before the width last narrowed does not narrow
 		// it again: like TCP, which halves its window at most once per
@@ -279,7 +277,6 @@ func (m *ContentionManager) release(t *cmTicket, conflict bool, d time.Duration,
 		// halving would cost a second each.
 		m.streak = 0
 	case conflict:
-		m.opened = true
 		if m.probing {
 			m.undo(now)
 		} else {
@@ -294,16 +291,7 @@ func (m *ContentionManager) release(t *cmTicket, conflict bool, d time.Duration,
 		m.avg = max(m.avg+(d-m.avg)/16, 1)
 	}
 	if !conflict {
-		if slow {
-			// Slow start (see the type's documentation): double after a
-			// generation without a conflict; the first conflict ends it
-			// in the case above.
-			m.streak++
-			if m.streak >= int(m.width) {
-				m.setWidth(min(2*m.width, m.max), now)
-				m.opened = m.width >= m.max
-			}
-		} else if m.debt > 0 {
+		if m.debt > 0 {
 			m.debt--
 		} else {
 			m.streak++

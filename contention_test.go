@@ -134,6 +134,52 @@ func TestContentionManagerAdmitsInFIFOOrderWithoutHoldingTransactions(t *testing
 	}
 }
 
+// A fresh gate, the default one per handle included, is fully open: calls
+// whose fns wait for each other (as a test that forces a deadlock between
+// two transactions does) are admitted together. A gate that started narrow
+// kept the second caller queued until both deadlines passed.
+func TestFreshGateAdmitsCallsThatWaitForEachOther(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []txretry.Option
+	}{
+		{"default manager", nil},
+		{"NewContentionManager(0)", []txretry.Option{txretry.WithContentionManager(newManager(t, 0))}},
+		{"zero ContentionManager", []txretry.Option{txretry.WithContentionManager(&txretry.ContentionManager{})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := (&fakedb.Driver{}).DB()
+			defer db.Close()
+			const n = 8
+			var arrived atomic.Int32
+			all := make(chan struct{})
+			errs := make(chan error, n)
+			for range n {
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					errs <- txretry.RunInTx(ctx, db, func(ctx context.Context, tx *sql.Tx) error {
+						if arrived.Add(1) == n {
+							close(all)
+						}
+						select { // until every call's transaction is open
+						case <-all:
+							return nil
+						case <-ctx.Done():
+							return ctx.Err()
+						}
+					}, tc.opts...)
+				}()
+			}
+			for range n {
+				if err := <-errs; err != nil {
+					t.Fatalf("a call whose fn waits for the others: %v", err)
+				}
+			}
+		})
+	}
+}
+
 func TestContentionManagerWaitEndsWithTheContext(t *testing.T) {
 	m := newManager(t, 1)
 	f := newFixture(t, &fakedb.Driver{})
