@@ -64,9 +64,9 @@ import (
 // handle gated by the same manager does not queue again. Waiting honours the
 // call's context, its deadline and its time budget. Calls whose fns wait for
 // each other (a test that forces a deadlock between two calls, say) need
-// the gate wide enough for all of them: a fresh gate is fully open, but one
-// that conflicts narrowed admits them one at a time, until their deadlines;
-// give such calls WithoutContentionManager.
+// the gate wide enough for all of them: a fresh gate is fully open, but once
+// conflicts have narrowed it, it may admit them one at a time, and they then
+// wait until their deadlines. Give such calls WithoutContentionManager.
 //
 // A ContentionManager is safe for concurrent use, and its zero value is
 // ready to use, like NewContentionManager(0); share one among the calls

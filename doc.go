@@ -88,9 +88,9 @@
 // because a cancelled COMMIT is an uncertain one. For database/sql this
 // means the transaction is begun on a context without ctx's cancellation
 // (database/sql rolls a transaction back when its BeginTx context ends).
-// BEGIN and the wait for a pooled connection still end with ctx: a BEGIN
-// that outlasts 2 ms is abandoned as soon as ctx ends, and a shorter one
-// whose ctx ended meanwhile is rolled back at once, before fn runs.
+// BEGIN and the wait for a pooled connection still end with ctx: one still
+// running is abandoned at most 2 ms after ctx ends, and a transaction whose
+// BEGIN returned after ctx ended is rolled back at once, before fn runs.
 //
 // # Nested calls
 //
