@@ -120,8 +120,8 @@ const (
 	// of the share of attempt time lost to conflicts.
 	cmRateWindow = 64
 	// cmMaxRate is that share above which a conflict halves the width. A
-	// conflict below it only restarts the streak: one attempt in twelve or
-	// so may fail at a width that commits more than a narrower one (InnoDB
+	// conflict below it only restarts the streak: one attempt in ten or so
+	// may fail at a width that commits more than a narrower one (InnoDB
 	// transfers among ten accounts commit 1.4-1.6x serial at widths 2 and
 	// 3, with 8% of attempts deadlocked; at 1/12 the gate kept falling
 	// back to 1 and reached 1.35x). A deadlock that cost a second weighs
@@ -183,18 +183,20 @@ func (m *ContentionManager) Queued() int {
 func (m *ContentionManager) tryAcquire(t *cmTicket) bool {
 	m.mu.Lock()
 	m.arrival(&t.arrival)
-	ok := m.admitLocked()
-	t.epoch = m.epoch
+	ok := m.admitLocked(t)
 	m.mu.Unlock()
 	return ok
 }
 
-func (m *ContentionManager) admitLocked() bool {
+// admitLocked admits t at once if the gate has room and nobody is waiting,
+// recording the epoch it was admitted at.
+func (m *ContentionManager) admitLocked(t *cmTicket) bool {
 	if m.max == 0 { // the zero value: as NewContentionManager(0)
 		m.width, m.max = DefaultContentionWidth, DefaultContentionWidth
 	}
 	if len(m.waiters) == 0 && float64(m.inUse) < m.width {
 		m.inUse++
+		t.epoch = m.epoch
 		return true
 	}
 	return false
@@ -215,8 +217,7 @@ func (m *ContentionManager) arrival(n *uint64) {
 func (m *ContentionManager) acquire(ctx context.Context, t *cmTicket) error {
 	m.mu.Lock()
 	m.arrival(&t.arrival)
-	if m.admitLocked() {
-		t.epoch = m.epoch
+	if m.admitLocked(t) {
 		m.mu.Unlock()
 		return nil
 	}

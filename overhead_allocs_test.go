@@ -32,14 +32,7 @@ func TestOverheadAllocations(t *testing.T) {
 			defer db.Close()
 			ctx := tc.ctx
 			hand := testing.AllocsPerRun(1000, func() {
-				tx, err := db.BeginTx(ctx, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := benchFn(ctx, tx); err != nil {
-					t.Fatal(err)
-				}
-				if err := tx.Commit(); err != nil {
+				if err := handWritten(ctx, db); err != nil {
 					t.Fatal(err)
 				}
 			})

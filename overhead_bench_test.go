@@ -18,20 +18,25 @@ func benchFn(ctx context.Context, tx *sql.Tx) error {
 	return err
 }
 
+// handWritten is the loop RunInTx is compared with: BeginTx, fn, Commit.
+func handWritten(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := benchFn(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
 func benchHandWritten(b *testing.B, ctx context.Context) {
 	db := (&fakedb.Driver{NoLog: true}).DB()
 	defer db.Close()
 	b.ReportAllocs()
 	for b.Loop() {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := benchFn(ctx, tx); err != nil {
-			_ = tx.Rollback()
-			b.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
+		if err := handWritten(ctx, db); err != nil {
 			b.Fatal(err)
 		}
 	}

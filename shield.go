@@ -76,9 +76,9 @@ func (s *shield) follow() {
 	}
 }
 
-// endWatch stops watching and reports whether the caller's end cancelled the
-// shield meanwhile (the shield is then spoiled).
-func (s *shield) endWatch() (cancelled bool) {
+// endWatch stops watching. If the caller's end already cancelled the
+// shield, the shield is spoiled.
+func (s *shield) endWatch() {
 	s.watchTimer.Stop()
 	s.mu.Lock()
 	unfollow := s.unfollow
@@ -86,9 +86,7 @@ func (s *shield) endWatch() (cancelled bool) {
 	s.mu.Unlock()
 	if unfollow != nil && !unfollow() {
 		s.spoiled = true
-		return true
 	}
-	return false
 }
 
 // arm starts the timer that cancels the shield after d.

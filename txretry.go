@@ -117,7 +117,8 @@ func (t *sqlTx) begin(ctx context.Context, db DB, o core.TxOptions) error {
 		// after it, a long one by the shield's watch.
 		t.sh.watch(ctx)
 		t.tx, err = db.BeginTx(t.sh.ctx, &t.opts)
-		if t.sh.endWatch() || ctx.Err() != nil {
+		t.sh.endWatch()
+		if ctx.Err() != nil {
 			// ctx ended during BEGIN or the wait for a connection. If a
 			// transaction began, roll it back (database/sql may already be
 			// doing so, if the watch cancelled the shield).
