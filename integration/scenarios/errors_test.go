@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,6 +71,66 @@ func TestCancelDuringBackoff(t *testing.T) {
 		}
 		if n := runs.Load(); n != 1 {
 			t.Errorf("fn ran %d times, want 1", n)
+		}
+	})
+}
+
+// TestCancelWhileWaitingForAConnection: every pooled connection is held by
+// a running transaction, and the caller cancels 50 ms into the wait. The
+// transaction is begun on a context without the caller's cancellation (so
+// that COMMIT is not cut short), yet the wait for a connection ends with the
+// caller: RunInTx returns context.Canceled promptly, fn never runs, and once
+// the holders finish no connection stays in use.
+func TestCancelWhileWaitingForAConnection(t *testing.T) {
+	forEachPath(t, allPaths, func(t *testing.T, p *driverPath) {
+		ctx := testContext(t)
+		release := make(chan struct{})
+		var releaseOnce sync.Once
+		releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+		// If the wait ignored the cancellation, the holders still finish
+		// after 5 s, so that the test fails on the elapsed time instead of
+		// hanging.
+		safety := time.AfterFunc(5*time.Second, releaseAll)
+		defer safety.Stop()
+		var began sync.WaitGroup
+		began.Add(maxConns)
+		holders := make(chan error, maxConns)
+		for range maxConns {
+			go func() {
+				holders <- p.run(ctx, func(ctx context.Context, q querier) error {
+					began.Done()
+					<-release
+					return q.exec(ctx, "SELECT 1")
+				}, txretry.WithoutContentionManager())
+			}()
+		}
+		began.Wait()
+
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		time.AfterFunc(50*time.Millisecond, cancel)
+		var runs atomic.Int32
+		start := time.Now()
+		err := p.run(cctx, func(context.Context, querier) error {
+			runs.Add(1)
+			return nil
+		}, txretry.WithoutContentionManager())
+		elapsed := time.Since(start)
+		releaseAll()
+		for range maxConns {
+			if herr := <-holders; herr != nil {
+				t.Errorf("a transaction holding a connection: %v", herr)
+			}
+		}
+
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("RunInTx = %v; want context.Canceled", err)
+		}
+		if elapsed > 2*time.Second {
+			t.Errorf("RunInTx returned after %v; want promptly after the cancellation", elapsed)
+		}
+		if n := runs.Load(); n != 0 {
+			t.Errorf("fn ran %d times, want none", n)
 		}
 	})
 }
