@@ -4,7 +4,8 @@ import "time"
 
 // Clock is the source of time for backoff waits and time-budget accounting.
 // The default is the system clock. Statement, attempt and commit timeouts
-// are context deadlines and always use the system clock.
+// are context deadlines and always use the system clock, and so does the
+// contention manager's watch for a gate that stands still.
 type Clock interface {
 	Now() time.Time
 	NewTimer(d time.Duration) Timer

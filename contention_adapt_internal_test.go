@@ -13,7 +13,16 @@ type cmSim struct {
 	now time.Time
 }
 
+// newCMSim starts with a gate past its slow start, fully open (the tests of
+// the slow start use newFreshCMSim).
 func newCMSim(t *testing.T, maxWidth int) *cmSim {
+	s := newFreshCMSim(t, maxWidth)
+	s.m.width, s.m.opened = s.m.max, true
+	return s
+}
+
+// newFreshCMSim starts with a gate as NewContentionManager makes it.
+func newFreshCMSim(t *testing.T, maxWidth int) *cmSim {
 	m, err := NewContentionManager(maxWidth)
 	if err != nil {
 		t.Fatal(err)
@@ -257,4 +266,34 @@ func TestContentionManagerWideningKeepsTheGeneration(t *testing.T) {
 	s.now = s.now.Add(time.Second)
 	s.m.release(&a, true, time.Second, s.now)
 	s.wantWidth("after a's expensive conflict", 2)
+}
+
+// A fresh gate opens from 1, doubling after each generation of attempts
+// without a conflict (1 + 2 + 4 + 8 attempts to reach 16), and is then fully
+// open: a calm workload pays a few dozen narrower attempts once.
+func TestContentionManagerSlowStart(t *testing.T) {
+	s := newFreshCMSim(t, 16)
+	s.wantWidth("fresh", 1)
+	for _, want := range []float64{2, 4, 8, 16} {
+		s.run(int(s.m.Width()), false, time.Millisecond)
+		s.wantWidth("after a generation without a conflict", want)
+	}
+	// Past the slow start, a lone conflict is tolerated as usual.
+	s.run(100, false, time.Millisecond)
+	s.run(1, true, time.Millisecond)
+	s.wantWidth("a lone conflict after the slow start", 16)
+}
+
+// The first conflict of the slow start returns to the width before the last
+// doubling and ends the slow start, even a conflict that the share would
+// tolerate later: widening then waits for a streak as usual.
+func TestContentionManagerSlowStartEndsAtTheFirstConflict(t *testing.T) {
+	s := newFreshCMSim(t, 16)
+	s.run(1, false, time.Millisecond)
+	s.run(2, false, time.Millisecond)
+	s.wantWidth("two generations", 4)
+	s.run(1, true, time.Millisecond)
+	s.wantWidth("first conflict", 2)
+	s.run(2*cmStreak-1, false, time.Millisecond)
+	s.wantWidth("a streak short of 16 x width", 2)
 }

@@ -23,7 +23,7 @@ func TestAdmittedWhileGivingUpPassesThePlaceOn(t *testing.T) {
 		errc := make(chan error, 1)
 		go func() {
 			var ticket cmTicket
-			errc <- m.acquire(ctx, &ticket)
+			errc <- m.acquire(ctx, &ticket, systemClock{})
 		}()
 		for m.Queued() != 1 {
 			time.Sleep(time.Millisecond)
@@ -71,7 +71,7 @@ func TestRetryKeepsItsCallsPlace(t *testing.T) {
 	queue := func(name string, ticket *cmTicket) {
 		n := m.Queued()
 		go func() {
-			if err := m.acquire(context.Background(), ticket); err != nil {
+			if err := m.acquire(context.Background(), ticket, systemClock{}); err != nil {
 				t.Error(err)
 			}
 			admitted <- name
@@ -96,4 +96,103 @@ func TestRetryKeepsItsCallsPlace(t *testing.T) {
 		t.Fatalf("%s admitted, want C", got)
 	}
 	m.release(&c, false, time.Millisecond, now)
+}
+
+// handClock's timers fire when the test says so; its time stands still.
+type handClock struct {
+	now    time.Time
+	timers chan chan time.Time // each new timer's channel, in order
+}
+
+func (c *handClock) Now() time.Time { return c.now }
+
+func (c *handClock) NewTimer(time.Duration) Timer {
+	ch := make(chan time.Time, 1)
+	c.timers <- ch
+	return handTimer(ch)
+}
+
+type handTimer chan time.Time
+
+func (t handTimer) C() <-chan time.Time { return t }
+func (t handTimer) Stop() bool          { return true }
+
+// A gate that stands still for a step (no attempt leaves it, its width does
+// not change) while callers queue doubles, during slow start and after it:
+// the attempts inside may be waiting for the callers outside. Only the
+// caller at the head of the queue watches, and a step in which an attempt
+// left does not count.
+func TestGateWidensWhenItStalls(t *testing.T) {
+	m, err := NewContentionManager(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := &handClock{now: time.Unix(1_700_000_000, 0), timers: make(chan chan time.Time, 16)}
+	admitted := make(chan string, 3)
+	queue := func(name string, ticket *cmTicket) {
+		n := m.Queued()
+		go func() {
+			if err := m.acquire(context.Background(), ticket, clock); err != nil {
+				t.Error(err)
+			}
+			admitted <- name
+		}()
+		for m.Queued() != n+1 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	next := func() string {
+		t.Helper()
+		select {
+		case name := <-admitted:
+			return name
+		case <-time.After(5 * time.Second):
+			t.Fatalf("nobody admitted within 5 s; width %v, %d queued", m.Width(), m.Queued())
+			return ""
+		}
+	}
+	watcher := func(who string) chan time.Time {
+		t.Helper()
+		select {
+		case timer := <-clock.timers:
+			return timer
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s, at the head of the queue, does not watch for stalls", who)
+			return nil
+		}
+	}
+	var a, b, c, d cmTicket
+	if !m.tryAcquire(&a) {
+		t.Fatal("a fresh gate refused its first call")
+	}
+	// Slow start: a holds the only place, b and c queue; only b watches.
+	queue("b", &b)
+	bTimer := watcher("b")
+	queue("c", &c)
+	bTimer <- clock.now
+	if got := next(); got != "b" || m.Width() != 2 {
+		t.Fatalf("%s admitted at width %v, want b at 2 after a stalled step", got, m.Width())
+	}
+	cTimer := watcher("c")
+	// b conflicts: slow start ends, the width halves, and c still queues.
+	m.release(&b, true, time.Millisecond, clock.now)
+	cTimer <- clock.now // b left during c's step: no stall
+	cTimer = watcher("c")
+	if m.Width() != 1 || m.Queued() != 1 {
+		t.Fatalf("width %v with %d queued, want 1 with c queued: an attempt left during the step", m.Width(), m.Queued())
+	}
+	queue("d", &d)
+	cTimer <- clock.now // a whole step without anything moving
+	if got := next(); got != "c" || m.Width() != 2 {
+		t.Fatalf("%s admitted at width %v, want c at 2 after a stalled step", got, m.Width())
+	}
+	watcher("d") <- clock.now
+	if got := next(); got != "d" || m.Width() != 4 {
+		t.Fatalf("%s admitted at width %v, want d at 4 after a stalled step", got, m.Width())
+	}
+	select {
+	case <-clock.timers:
+		t.Fatal("a timer was made with nobody queued")
+	default:
+	}
 }

@@ -134,11 +134,12 @@ func TestContentionManagerAdmitsInFIFOOrderWithoutHoldingTransactions(t *testing
 	}
 }
 
-// A fresh gate, the default one per handle included, is fully open: calls
-// whose fns wait for each other (as a test that forces a deadlock between
-// two transactions does) are admitted together. A gate that started narrow
-// kept the second caller queued until both deadlines passed.
-func TestFreshGateAdmitsCallsThatWaitForEachOther(t *testing.T) {
+// Calls whose fns wait for each other (as a test that forces a deadlock
+// between two transactions does) are admitted together, by a fresh gate (the
+// default one per handle included) and by one that conflicts narrowed to 1:
+// the gate widens when it stands still while callers queue. Without that, a
+// narrow gate kept the second caller queued until both deadlines passed.
+func TestGateAdmitsCallsThatWaitForEachOther(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts []txretry.Option
@@ -146,6 +147,7 @@ func TestFreshGateAdmitsCallsThatWaitForEachOther(t *testing.T) {
 		{"default manager", nil},
 		{"NewContentionManager(0)", []txretry.Option{txretry.WithContentionManager(newManager(t, 0))}},
 		{"zero ContentionManager", []txretry.Option{txretry.WithContentionManager(&txretry.ContentionManager{})}},
+		{"narrowed to 1", []txretry.Option{txretry.WithContentionManager(narrowedManager(t))}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := (&fakedb.Driver{}).DB()
@@ -178,6 +180,23 @@ func TestFreshGateAdmitsCallsThatWaitForEachOther(t *testing.T) {
 			}
 		})
 	}
+}
+
+// narrowedManager returns a manager that conflicts narrowed to width 1.
+func narrowedManager(t *testing.T) *txretry.ContentionManager {
+	t.Helper()
+	m := newManager(t, 0)
+	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(20, errSerialization)})
+	var calls atomic.Int32
+	err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock),
+		txretry.WithContentionManager(m), txretry.WithMaxAttempts(21))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := m.Width(); w != 1 {
+		t.Fatalf("width %v after 20 conflicts in a row, want 1", w)
+	}
+	return m
 }
 
 func TestContentionManagerWaitEndsWithTheContext(t *testing.T) {
