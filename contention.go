@@ -235,7 +235,8 @@ func (m *ContentionManager) arrival(n *uint64) {
 // acquire waits for admission in the order the calls arrived (a retry
 // goes before every call that arrived after its own), or until ctx ends.
 // t numbers the call and records the admission. The caller at the head of
-// the queue times, on clock, the stalls that widen the gate (see stalled).
+// the queue times, on clock, the stalls that widen the gate (see
+// stalledLocked).
 func (m *ContentionManager) acquire(ctx context.Context, t *cmTicket, clock Clock) error {
 	m.mu.Lock()
 	m.arrival(&t.arrival)
@@ -335,8 +336,8 @@ func (m *ContentionManager) watchHeadLocked() {
 // inside may be waiting for the callers outside (as in a test that forces
 // a deadlock between two calls), or for something outside the database;
 // either way the queue would otherwise wait until its deadlines. During
-// slow start the width doubles; after it, the widening is a probe, which
-// the next conflict undoes.
+// slow start the width doubles; after it, the widening is a probe, undone
+// as the other widenings are (see the type's documentation).
 func (m *ContentionManager) stalledLocked(now time.Time) {
 	if len(m.waiters) == 0 || m.width >= m.max {
 		return

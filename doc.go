@@ -42,11 +42,14 @@
 // when it ended before the first attempt.
 //
 // Between attempts RunInTx waits. By default each database handle has a
-// ContentionManager: a FIFO gate whose width halves when conflicts become
-// frequent and widens after conflict-free streaks (a widening that only
-// tolerated conflicts stays if it commits more), so that under contention
-// attempts queue in arrival order instead of colliding, and retries wait in
-// that queue. WithContentionKeys replaces the gate for a call by the keys it
+// ContentionManager: a FIFO gate that opens from one attempt at a time,
+// doubling per conflict-free generation until the first conflict (slow
+// start), whose width then halves when conflicts become frequent and
+// widens after conflict-free streaks (a widening that only tolerated
+// conflicts stays if it commits more), and which widens when it stands
+// still while callers queue, so that under contention attempts queue in
+// arrival order instead of colliding, retries wait in that queue, and
+// calls that wait for each other are not held back until their deadlines. WithContentionKeys replaces the gate for a call by the keys it
 // names: calls that share a key take turns, others run at once. Without a
 // manager (WithoutContentionManager), or with an
 // explicit WithBackoff, RunInTx sleeps according to the Backoff (default:
