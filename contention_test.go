@@ -182,19 +182,29 @@ func TestGateAdmitsCallsThatWaitForEachOther(t *testing.T) {
 	}
 }
 
-// narrowedManager returns a manager that conflicts narrowed to width 1.
+// narrowedManager returns a manager that calm calls opened fully and
+// conflicts then narrowed to width 1.
 func narrowedManager(t *testing.T) *txretry.ContentionManager {
 	t.Helper()
 	m := newManager(t, 0)
-	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(20, errSerialization)})
+	calm := newFixture(t, &fakedb.Driver{})
 	var calls atomic.Int32
-	err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock),
-		txretry.WithContentionManager(m), txretry.WithMaxAttempts(21))
+	for n := 0; m.Width() < txretry.DefaultContentionWidth; n++ {
+		if n == 1000 {
+			t.Fatalf("width %v after %d calls without a conflict", m.Width(), n)
+		}
+		if err := txretry.RunInTx(context.Background(), calm.db, execFn(&calls), txretry.WithContentionManager(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(30, errSerialization)})
+	err := txretry.RunInTx(context.Background(), f.db, execFn(&calls),
+		txretry.WithContentionManager(m), txretry.WithMaxAttempts(31))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if w := m.Width(); w != 1 {
-		t.Fatalf("width %v after 20 conflicts in a row, want 1", w)
+		t.Fatalf("width %v after 30 conflicts in a row, want 1", w)
 	}
 	return m
 }

@@ -49,12 +49,13 @@
 // conflicts stays if it commits more), and which widens when it stands
 // still while callers queue, so that under contention attempts queue in
 // arrival order instead of colliding, retries wait in that queue, and
-// calls that wait for each other are not held back until their deadlines. WithContentionKeys replaces the gate for a call by the keys it
-// names: calls that share a key take turns, others run at once. Without a
-// manager (WithoutContentionManager), or with an
-// explicit WithBackoff, RunInTx sleeps according to the Backoff (default:
-// full jitter over an exponential delay from 2 ms, capped at 250 ms). A
-// RetryBudget (WithRetryBudget, off by default) bounds retries across calls.
+// calls that wait for each other are not held back until their deadlines.
+// WithContentionKeys replaces the gate for a call by the keys it names:
+// calls that share a key take turns, others run at once. Without a manager
+// (WithoutContentionManager), or with an explicit WithBackoff, RunInTx
+// sleeps according to the Backoff (default: full jitter over an exponential
+// delay from 2 ms, capped at 250 ms). A RetryBudget (WithRetryBudget, off by
+// default) bounds retries across calls.
 //
 // # When RunInTx must not retry: uncertain commits
 //
