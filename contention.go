@@ -623,7 +623,9 @@ func (m *ContentionManager) unlockKeyLocked(k string) {
 // for each other in a cycle nor while holding a transaction; waiting honours
 // the call's context, deadline and time budget. Keys only space attempts:
 // a transaction that touches data outside its keys can still conflict, and
-// is retried as usual. A nested call that joined an enclosing call's
+// is retried as usual. Unlike the gate, keys never widen: two calls that
+// share a key and whose fns wait for each other wait until their deadlines.
+// A nested call that joined an enclosing call's
 // attempt on the same manager takes no keys; a call nested in fn on a handle
 // with another manager queues there while the outer call holds its keys or
 // place, so nest calls on different handles in one consistent order (or

@@ -130,3 +130,45 @@ func TestContentionKeysNeedAManager(t *testing.T) {
 		t.Fatalf("err = %v after %d calls, want ErrInvalidOption and none", err, calls.Load())
 	}
 }
+
+// Keys never widen as the gate does: of two calls that share a key and
+// whose fns wait for each other, the second never gets the key, and both end
+// at their deadlines.
+func TestContentionKeysDoNotAdmitCallsThatWaitForEachOther(t *testing.T) {
+	db := (&fakedb.Driver{}).DB()
+	defer db.Close()
+	m := newManager(t, 0)
+	var runs atomic.Int32
+	first := make(chan struct{})
+	both := make(chan struct{})
+	call := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		return txretry.RunInTx(ctx, db, func(ctx context.Context, tx *sql.Tx) error {
+			if runs.Add(1) == 1 {
+				close(first)
+			} else {
+				close(both)
+			}
+			select { // until the other call's transaction is open too
+			case <-both:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, txretry.WithContentionManager(m), txretry.WithContentionKeys("k"))
+	}
+	errA := make(chan error, 1)
+	go func() { errA <- call(300 * time.Millisecond) }()
+	<-first
+	// The second call's deadline comes before the first one's.
+	if err := call(100 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second call: err = %v, want its deadline while waiting for the key", err)
+	}
+	if err := <-errA; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first call: err = %v, want its deadline while its fn waited", err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("fn ran %d times, want once: the second call never got the key", n)
+	}
+}
