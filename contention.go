@@ -279,28 +279,24 @@ func (m *ContentionManager) acquire(ctx context.Context, t *cmTicket, clock Cloc
 			return context.Cause(ctx)
 		case <-head: // at the head of the queue: watch for stalls
 			head = nil
-			m.mu.Lock()
-			mark = m.markLocked()
-			step := m.stallStep()
-			m.mu.Unlock()
-			stall = clock.NewTimer(step)
-			stallC = stall.C()
 		case <-stallC:
 			m.mu.Lock()
 			if m.markLocked() == mark {
 				m.stalledLocked(clock.Now())
 			}
-			if w.granted {
-				m.mu.Unlock()
-				t.epoch = w.epoch
-				return nil
-			}
-			mark = m.markLocked()
-			step := m.stallStep()
+			granted := w.granted
 			m.mu.Unlock()
-			stall = clock.NewTimer(step)
-			stallC = stall.C()
+			if granted {
+				continue // ready is closed: the next select returns
+			}
 		}
+		// Watch the next step from what the gate looks like now.
+		m.mu.Lock()
+		mark = m.markLocked()
+		step := m.stallStep()
+		m.mu.Unlock()
+		stall = clock.NewTimer(step)
+		stallC = stall.C()
 	}
 }
 
