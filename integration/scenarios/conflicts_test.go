@@ -59,6 +59,11 @@ func TestWriteSkew(t *testing.T) {
 			p.setup(t, ctx, "DELETE FROM doctors", "INSERT INTO doctors (name, on_call) VALUES ('alice', 1), ('bob', 1)")
 		}
 
+		// In both subtests the two calls wait for each other inside fn, on
+		// the handle's default contention gate: a fresh one at width 1
+		// (slow start) here, one the conflict narrowed to 1 below. They
+		// pass only because a gate that stands still while callers queue
+		// widens; without that both subtests fail at their deadlines.
 		t.Run("serializable", func(t *testing.T) {
 			reset(t)
 			pr, g := newPair(), newGate(2)
