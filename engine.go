@@ -74,10 +74,14 @@ func run(ctx context.Context, r *runner, opts []Option) error {
 		return errors.Join(ErrInvalidOption, errors.New("txretry: nil context"))
 	}
 	a := r.a
-	cfg := &r.cfg
-	if err := resolve(cfg, opts); err != nil {
-		return err
+	cfg := &defaultConfig
+	if len(opts) > 0 {
+		cfg = new(config)
+		if err := resolve(cfg, opts); err != nil {
+			return err
+		}
 	}
+	r.cfg = cfg
 	if err := a.Check(cfg.txOpts); err != nil {
 		return err
 	}
@@ -98,7 +102,7 @@ func run(ctx context.Context, r *runner, opts []Option) error {
 }
 
 type runner struct {
-	cfg    config // resolved once per call, then read-only
+	cfg    *config // resolved once per call (or the shared defaults), then read-only
 	a      core.Adapter
 	cm     *ContentionManager
 	parent *txCtxVal
@@ -143,7 +147,7 @@ type result struct {
 }
 
 func (r *runner) run(ctx context.Context) (err error) {
-	cfg := &r.cfg
+	cfg := r.cfg
 	observed := len(cfg.observers) > 0
 	if observed || cfg.budget > 0 {
 		r.start = cfg.clock.Now()
@@ -391,7 +395,7 @@ func (r *runner) observeStart(ctx context.Context, n int, queued time.Duration) 
 
 // attempt runs one transaction: BEGIN, fn, COMMIT or ROLLBACK.
 func (r *runner) attempt(ctx context.Context, n int) result {
-	cfg := &r.cfg
+	cfg := r.cfg
 	tx, err := r.a.Begin(ctx, cfg.txOpts)
 	if err != nil {
 		return r.classify(err)

@@ -51,17 +51,21 @@ type config struct {
 // func, map or similar, which would panic on first use.
 func isNil(v any) bool { return core.IsNil(v) }
 
+// defaultConfig is the configuration of every call without options: shared,
+// so never written.
+var defaultConfig = config{
+	maxAttempts:   DefaultMaxAttempts,
+	backoff:       defaultBackoff,
+	commitTimeout: DefaultCommitTimeout,
+	verifyTimeout: DefaultVerifyTimeout,
+	classify:      DefaultClassifier,
+	clock:         systemClock{},
+	rand:          rand.Float64,
+}
+
 // resolve fills c from the defaults and opts.
 func resolve(c *config, opts []Option) error {
-	*c = config{
-		maxAttempts:   DefaultMaxAttempts,
-		backoff:       defaultBackoff,
-		commitTimeout: DefaultCommitTimeout,
-		verifyTimeout: DefaultVerifyTimeout,
-		classify:      DefaultClassifier,
-		clock:         systemClock{},
-		rand:          rand.Float64,
-	}
+	*c = defaultConfig
 	for _, o := range opts {
 		if o == nil {
 			c.fail("nil Option")

@@ -16,28 +16,31 @@ import (
 
 // TestOverheadAllocations holds RunInTx to what the README promises: at most
 // 2 allocations per call over a hand-written BeginTx/fn/Commit on the same
-// driver, with a plain and with a cancellable context.
+// driver, with a plain and with a cancellable context, with and without
+// options.
 func TestOverheadAllocations(t *testing.T) {
 	cancellable, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for _, tc := range []struct {
 		name string
 		ctx  context.Context
+		opts []txretry.Option
 	}{
-		{"context.Background", context.Background()},
-		{"cancellable", cancellable},
+		{"context.Background", context.Background(), nil},
+		{"cancellable", cancellable, nil},
+		{"options", context.Background(), []txretry.Option{txretry.WithLabel("transfer"), txretry.WithMaxAttempts(5)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := (&fakedb.Driver{NoLog: true}).DB()
 			defer db.Close()
-			ctx := tc.ctx
+			ctx, opts := tc.ctx, tc.opts
 			hand := testing.AllocsPerRun(1000, func() {
 				if err := handWritten(ctx, db); err != nil {
 					t.Fatal(err)
 				}
 			})
 			got := testing.AllocsPerRun(1000, func() {
-				if err := txretry.RunInTx(ctx, db, benchFn); err != nil {
+				if err := txretry.RunInTx(ctx, db, benchFn, opts...); err != nil {
 					t.Fatal(err)
 				}
 			})

@@ -61,6 +61,12 @@ func BenchmarkRunInTxNoContentionManager(b *testing.B) {
 	benchRunInTx(b, context.Background(), txretry.WithoutContentionManager())
 }
 
+// A call with options resolves them into a configuration of its own; one
+// without shares the defaults.
+func BenchmarkRunInTxWithOptions(b *testing.B) {
+	benchRunInTx(b, context.Background(), txretry.WithLabel("bench"), txretry.WithMaxAttempts(5))
+}
+
 // The same with a cancellable context, as a request's usually is: RunInTx
 // then also watches it during BEGIN.
 

@@ -241,7 +241,7 @@ func PurgeCommitMarkersSQL(table string, olderThan time.Duration) (string, error
 // verify runs the configured verifier until it answers, retrying errors with
 // the backoff within the verification timeout, the time budget and ctx.
 func (r *runner) verify(ctx context.Context, state string, deadline time.Time) (committed bool, err error) {
-	cfg := &r.cfg
+	cfg := r.cfg
 	vctx, cancel := context.WithTimeout(ctx, cfg.verifyTimeout)
 	defer cancel()
 	if !deadline.IsZero() {
