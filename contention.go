@@ -655,25 +655,19 @@ func WithoutContentionManager() Option {
 	return func(c *config) { c.cm, c.cmSet = nil, true }
 }
 
-// managers holds the default manager of each database handle, keyed by a
-// weak pointer so that a handle that is garbage collected takes its manager
-// with it.
-var managers sync.Map // weak key -> *ContentionManager
+// managers holds the default manager of each database handle, without
+// keeping the handle alive: a handle that is garbage collected takes its
+// manager with it (see core.PerHandle).
+var managers sync.Map
 
 // defaultManager returns the manager of the adapter's handle, creating it on
-// first use, or nil if the handle has no scope.
+// first use, or nil if the handle has no default manager.
 func defaultManager(a core.Adapter) *ContentionManager {
-	key := a.Scope()
-	if key == nil {
-		return nil
-	}
-	if m, ok := managers.Load(key); ok {
-		return m.(*ContentionManager)
-	}
+	m, _ := a.PerHandle(&managers, newDefaultManager).(*ContentionManager)
+	return m
+}
+
+func newDefaultManager() any {
 	m, _ := NewContentionManager(0)
-	actual, loaded := managers.LoadOrStore(key, m)
-	if !loaded {
-		a.OnCollect(func() { managers.Delete(key) })
-	}
-	return actual.(*ContentionManager)
+	return m
 }

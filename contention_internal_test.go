@@ -6,25 +6,25 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
-	"github.com/txretry/txretry/internal/core"
 	"github.com/txretry/txretry/internal/fakedb"
 )
 
 // The default per-handle manager goes away with its handle.
 func TestDefaultManagerIsDroppedWithItsHandle(t *testing.T) {
-	var key any
+	var key uintptr
 	func() {
 		db := (&fakedb.Driver{}).DB()
 		defer db.Close()
-		key = core.WeakKey(db)
+		key = uintptr(unsafe.Pointer(db))
 		for range 2 {
 			if err := RunInTx(context.Background(), db, func(context.Context, *sql.Tx) error { return nil }); err != nil {
 				t.Fatal(err)
 			}
 		}
-		m, ok := managers.Load(key)
-		if !ok || m != defaultManager(&sqlAdapter{db: db}) {
+		m := defaultManager(&sqlAdapter{db: db})
+		if _, ok := managers.Load(key); !ok || m == nil || m != defaultManager(&sqlAdapter{db: db}) {
 			t.Fatal("the handle has no default manager, or a new one per call")
 		}
 	}()

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/txretry/txretry/internal/core"
@@ -75,23 +76,14 @@ func (a *sqlAdapter) SingleConn() bool {
 	return ok
 }
 
-func (a *sqlAdapter) Scope() any {
+func (a *sqlAdapter) PerHandle(m *sync.Map, newV func() any) any {
 	switch h := a.db.(type) {
 	case *sql.DB:
-		return core.WeakKey(h)
+		return core.PerHandle(m, h, newV)
 	case *sql.Conn:
-		return core.WeakKey(h)
+		return core.PerHandle(m, h, newV)
 	}
 	return nil
-}
-
-func (a *sqlAdapter) OnCollect(f func()) {
-	switch h := a.db.(type) {
-	case *sql.DB:
-		core.OnCollect(h, f)
-	case *sql.Conn:
-		core.OnCollect(h, f)
-	}
 }
 
 // sqlTx is one database/sql transaction of the engine's. It is begun on a

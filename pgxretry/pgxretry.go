@@ -83,23 +83,14 @@ func (a *adapter) SingleConn() bool {
 	return ok
 }
 
-func (a *adapter) Scope() any {
+func (a *adapter) PerHandle(m *sync.Map, newV func() any) any {
 	switch h := a.db.(type) {
 	case *pgxpool.Pool:
-		return core.WeakKey(h)
+		return core.PerHandle(m, h, newV)
 	case *pgx.Conn:
-		return core.WeakKey(h)
+		return core.PerHandle(m, h, newV)
 	}
 	return nil
-}
-
-func (a *adapter) OnCollect(f func()) {
-	switch h := a.db.(type) {
-	case *pgxpool.Pool:
-		core.OnCollect(h, f)
-	case *pgx.Conn:
-		core.OnCollect(h, f)
-	}
 }
 
 func txOptions(o core.TxOptions) (pgx.TxOptions, error) {

@@ -9,7 +9,9 @@ import (
 	"database/sql"
 	"reflect"
 	"runtime"
+	"sync"
 	"time"
+	"unsafe"
 	"weak"
 )
 
@@ -48,11 +50,9 @@ type Adapter interface {
 	// NotCommitted reports commit errors that this driver proves left
 	// nothing committed, beyond the engine's own driver-independent rules.
 	NotCommitted(err error) bool
-	// Scope returns a weak key for the handle (see WeakKey), or nil if the
-	// handle has no default per-handle state.
-	Scope() any
-	// OnCollect registers f to run once the handle has been garbage collected.
-	OnCollect(f func())
+	// PerHandle returns the value m holds for the handle (see PerHandle),
+	// or nil if the handle has no default per-handle state.
+	PerHandle(m *sync.Map, newV func() any) any
 	// Check rejects transaction options the driver cannot honour, before
 	// any attempt.
 	Check(opts TxOptions) error
@@ -78,11 +78,47 @@ func IsNil(v any) bool {
 	return false
 }
 
-// WeakKey returns a comparable key for the handle p that does not keep it
-// alive.
-func WeakKey[T any](p *T) any { return weak.Make(p) }
+// PerHandle returns the value m holds for the handle p, storing newV() on
+// first use. m does not keep p alive, and p's entry is deleted once p has
+// been garbage collected.
+//
+// m is keyed by p's address, a number, and each entry holds a weak pointer
+// to its handle, which tells p from a collected handle that had the same
+// address and whose entry is not deleted yet. Looking up an address costs
+// far less than weak.Make, which searches the handle's memory span.
+func PerHandle[T any](m *sync.Map, p *T, newV func() any) any {
+	addr := uintptr(unsafe.Pointer(p))
+	if v, ok := live(m, addr, p); ok {
+		return v
+	}
+	e := &handleEntry[T]{handle: weak.Make(p), v: newV()}
+	for {
+		old, loaded := m.LoadOrStore(addr, e)
+		if !loaded {
+			break
+		}
+		if v, ok := live(m, addr, p); ok {
+			return v
+		}
+		if m.CompareAndSwap(addr, old, e) { // old's handle was collected
+			break
+		}
+	}
+	runtime.AddCleanup(p, func(e any) { m.CompareAndDelete(addr, e) }, any(e))
+	return e.v
+}
 
-// OnCollect registers f to run once p has been garbage collected.
-func OnCollect[T any](p *T, f func()) {
-	runtime.AddCleanup(p, func(f func()) { f() }, f)
+type handleEntry[T any] struct {
+	handle weak.Pointer[T]
+	v      any
+}
+
+// live returns the value of m's entry at addr if the entry is p's.
+func live[T any](m *sync.Map, addr uintptr, p *T) (any, bool) {
+	if e, ok := m.Load(addr); ok {
+		if e, ok := e.(*handleEntry[T]); ok && e.handle.Value() == p {
+			return e.v, true
+		}
+	}
+	return nil, false
 }
