@@ -1,6 +1,7 @@
 package txretry
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -50,25 +51,54 @@ func (s *cmSim) wantWidth(when string, want float64) {
 }
 
 // A lone conflict in a calm stream restarts the streak but keeps the width;
-// conflicts that take more than 1/12 of the attempt time halve it, once per
+// conflicts that take more than 1/10 of the attempt time halve it, once per
 // conflict while the share stays above.
 func TestContentionManagerToleratesRareConflicts(t *testing.T) {
-	s := newCMSim(t, 8)
+	s := newCMSim(t, 4)
 	for range 10 {
 		s.run(39, false, time.Millisecond)
 		s.run(1, true, time.Millisecond) // one in 40: 2.5% of the time
 	}
-	s.wantWidth("one conflict in 40 attempts", 8)
+	s.wantWidth("one conflict in 40 attempts", 4)
 	n := 0
-	for s.m.Width() == 8 {
+	for s.m.Width() == 4 {
 		if n++; n > 6 {
 			t.Fatal("six conflicts in a row did not narrow the gate")
 		}
 		s.run(1, true, time.Millisecond)
 	}
-	s.wantWidth("conflicts in a row", 4)
+	s.wantWidth("conflicts in a row", 2)
 	s.run(1, true, time.Millisecond)
-	s.wantWidth("one more", 2)
+	s.wantWidth("one more", 1)
+}
+
+// The share of time lost to conflicts is averaged over more commits at a
+// wide gate (16 x width beyond width 4): there a cluster of conflicts among
+// the many attempts in flight does not halve the width at once, while at a
+// narrow gate it does, and sustained conflicts narrow both.
+func TestContentionManagerAveragesOverMoreCommitsWhenWide(t *testing.T) {
+	for _, tc := range []struct {
+		width       int
+		clusterKeep bool // the width survives a cluster of 8 conflicts
+	}{
+		{4, false},
+		{32, true},
+	} {
+		t.Run(fmt.Sprintf("width %d", tc.width), func(t *testing.T) {
+			s := newCMSim(t, tc.width)
+			s.run(2000, false, time.Millisecond)
+			s.run(8, true, time.Millisecond)
+			if kept := s.m.Width() == float64(tc.width); kept != tc.clusterKeep {
+				t.Fatalf("after a cluster of 8 conflicts the width is %v: kept %v, want %v", s.m.Width(), kept, tc.clusterKeep)
+			}
+			for n := 0; s.m.Width() == float64(tc.width); n++ {
+				if n == 200 {
+					t.Fatal("200 conflicts in a row did not narrow the gate")
+				}
+				s.run(1, true, time.Millisecond)
+			}
+		})
+	}
 }
 
 // A conflict that lasted a second, against 1 ms commits, is most of the
