@@ -26,15 +26,15 @@ import (
 //     conflicts take more than 1/10 of the recent attempt time, a moving
 //     average over about 64 commits (16 x width on a gate wider than 4) in
 //     which each attempt weighs what it lasted. A rarer conflict is
-//     tolerated. Cheap conflicts halve it at
-//     most once per generation of attempts: one of an attempt admitted
-//     before the width last narrowed does not narrow it again (as TCP
-//     halves its window at most once per round trip), or the attempts
-//     still running at the wider width would each halve it. A conflict
-//     that cost more than 4 usual commits (a deadlock that PostgreSQL
-//     detects only after its 1 s deadlock_timeout) halves it whenever it
-//     comes, and is paid back: the streak below starts only after as many
-//     commits as the failed attempt lasted.
+//     tolerated. Cheap conflicts halve it at most once per generation of
+//     attempts: one of an attempt admitted before the width last narrowed
+//     does not narrow it again (as TCP halves its window at most once per
+//     round trip), or the attempts still running at the wider width would
+//     each halve it. A conflict that cost more than 4 usual commits (a
+//     deadlock that PostgreSQL detects only after its 1 s
+//     deadlock_timeout) halves it whenever it comes, and is paid back: the
+//     streak below starts only after as many commits as the failed attempt
+//     lasted.
 //   - It widens, up to the maximum, after a streak of 16 x width attempts
 //     without a conflict: it doubles if no conflict was tolerated at this
 //     width, and otherwise grows by half (2 to 3, 4 to 6), since twice the
