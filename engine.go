@@ -19,7 +19,15 @@ func init() {
 		if !ok && opts != nil {
 			return errors.New("txretry: internal error: options of the wrong type")
 		}
-		return run(ctx, &runner{a: a}, o)
+		if len(o) == 0 {
+			return run(ctx, &runner{a: a}, o)
+		}
+		rc := &struct {
+			runner
+			cfg config
+		}{runner: runner{a: a}}
+		rc.own = &rc.cfg
+		return run(ctx, &rc.runner, o)
 	}
 }
 
@@ -67,8 +75,10 @@ func sameKey(a, b any) bool {
 }
 
 // run is the engine: attempt, classify, decide, wait or verify, report. r is
-// a zero runner but for its adapter; an adapter may embed it in its own
-// per-call state so that a call costs one allocation for both.
+// a zero runner but for its adapter and, for a call with options, own: the
+// storage its configuration is resolved into. An adapter may embed the
+// runner and that storage in its own per-call state so that a call costs one
+// allocation for all of them.
 func run(ctx context.Context, r *runner, opts []Option) error {
 	if ctx == nil {
 		return errors.Join(ErrInvalidOption, errors.New("txretry: nil context"))
@@ -76,7 +86,10 @@ func run(ctx context.Context, r *runner, opts []Option) error {
 	a := r.a
 	cfg := &defaultConfig
 	if len(opts) > 0 {
-		cfg = new(config)
+		cfg = r.own
+		if cfg == nil {
+			cfg = new(config)
+		}
 		if err := resolve(cfg, opts); err != nil {
 			return err
 		}
@@ -103,6 +116,7 @@ func run(ctx context.Context, r *runner, opts []Option) error {
 
 type runner struct {
 	cfg    *config // resolved once per call (or the shared defaults), then read-only
+	own    *config // where a call with options resolves them, if the adapter provides it
 	a      core.Adapter
 	cm     *ContentionManager
 	parent *txCtxVal

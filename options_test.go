@@ -91,3 +91,27 @@ func TestPurgeCommitMarkersSQL(t *testing.T) {
 		})
 	}
 }
+
+// TestOptionsStayWithTheirCall: calls without options share one default
+// configuration, and a call with options, before or between them, must not
+// change it.
+func TestOptionsStayWithTheirCall(t *testing.T) {
+	db := (&fakedb.Driver{OnExec: failFirst(1<<30, errSerialization)}).DB()
+	defer db.Close()
+	for _, tc := range []struct {
+		opts []txretry.Option
+		want int32
+	}{
+		{nil, txretry.DefaultMaxAttempts},
+		{[]txretry.Option{txretry.WithMaxAttempts(2), txretry.WithoutContentionManager(), txretry.WithBackoff(txretry.Constant(0))}, 2},
+		{nil, txretry.DefaultMaxAttempts},
+		{[]txretry.Option{txretry.WithMaxAttempts(3)}, 3},
+		{nil, txretry.DefaultMaxAttempts},
+	} {
+		var calls atomic.Int32
+		err := txretry.RunInTx(context.Background(), db, execFn(&calls), tc.opts...)
+		if !errors.Is(err, txretry.ErrRetriesExhausted) || calls.Load() != tc.want {
+			t.Fatalf("with %d options: err = %v after %d attempts, want exhaustion after %d", len(tc.opts), err, calls.Load(), tc.want)
+		}
+	}
+}

@@ -41,7 +41,17 @@ func RunInTx(ctx context.Context, db DB, fn func(ctx context.Context, tx *sql.Tx
 	if fn == nil {
 		return fmt.Errorf("%w: nil fn", ErrInvalidOption)
 	}
-	a := &sqlAdapter{db: db, fn: fn}
+	var a *sqlAdapter
+	if len(opts) == 0 {
+		a = &sqlAdapter{db: db, fn: fn} // the call shares the default configuration
+	} else {
+		ac := &struct {
+			sqlAdapter
+			cfg config
+		}{sqlAdapter: sqlAdapter{db: db, fn: fn}}
+		a = &ac.sqlAdapter
+		a.r.own = &ac.cfg
+	}
 	a.r.a = a
 	return run(ctx, &a.r, opts)
 }
