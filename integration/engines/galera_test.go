@@ -74,6 +74,14 @@ func newGalera(t *testing.T) *galera {
 		t.Fatalf("create database on node 1 of %s: %v", envGaleraDSNs, err)
 	}
 	t.Cleanup(func() { g.drop(t) })
+	// Node 1 acknowledges CREATE DATABASE once it has run it; the other
+	// nodes apply it a little later. A connection that names the database
+	// fails with error 1049 until then, so wait for every node to see it.
+	for i, cfg := range g.cfgs {
+		if err := waitForDatabase(ctx, cfg, g.name); err != nil {
+			t.Fatalf("node %d of %s: %v", i+1, envGaleraDSNs, err)
+		}
+	}
 	for _, cfg := range g.cfgs {
 		g.dbs = append(g.dbs, openMySQL(t, cfg))
 		sc := cfg.Clone()
@@ -99,6 +107,35 @@ func (g *galera) drop(t *testing.T) {
 		errs = append(errs, err)
 	}
 	t.Errorf("drop database %s: %v", g.name, errors.Join(errs...))
+}
+
+// waitForDatabase waits until the node of cfg sees database name. The
+// query runs with wsrep_sync_wait = 1, so it waits for the node to apply
+// every write-set committed before it; it is repeated in case the node is
+// still joining, until ctx ends.
+func waitForDatabase(ctx context.Context, cfg *mysql.Config, name string) error {
+	admin := cfg.Clone()
+	admin.DBName = ""
+	admin.Params = map[string]string{"wsrep_sync_wait": "1"}
+	c, err := mysql.NewConnector(admin)
+	if err != nil {
+		return err
+	}
+	db := sql.OpenDB(c)
+	defer db.Close()
+	for {
+		var n int
+		err := db.QueryRowContext(ctx,
+			"SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&n)
+		if err == nil && n == 1 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("database %s not visible: %w (last query: %v)", name, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // execOn runs one statement on a short-lived connection.
