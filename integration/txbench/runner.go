@@ -104,6 +104,9 @@ type worker struct {
 	st    stats
 
 	attempts int // attempts of the current txretry call, from the observer
+	// began is when the body of the current txretry call's committing
+	// attempt started; zero when the call did not commit through txretry.
+	began time.Time
 }
 
 func newWorker(idx int, c conn, wl *workloadRun, r *runner, runOpts []txretry.Option, seed uint64) *worker {
@@ -155,6 +158,7 @@ func (w *worker) loop(ctx context.Context, start <-chan struct{}, end *time.Time
 			w.st.otherSample = txretry.Describe(err)
 		}
 		w.st.record(id, out, attempts, t0, fin, stop, deadline)
+		w.st.addWindow(w.began, fin, stop)
 	}
 }
 
@@ -173,8 +177,9 @@ func (w *worker) call(ctx context.Context, id int64) (outcome, int, error) {
 			began = time.Now()
 			return body(ctx, q)
 		}, opts)
+		w.began = time.Time{}
 		if err == nil {
-			w.st.window += time.Since(began)
+			w.began = began
 		}
 		return classifyTxretry(ctx, err), w.attempts, err
 	case kindCenkalti:

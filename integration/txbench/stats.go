@@ -37,7 +37,8 @@ type stats struct {
 	// window sums, over txretry's committed calls, the time from the start
 	// of the committing attempt's body (its first statement, where
 	// PostgreSQL takes a SERIALIZABLE transaction's snapshot) to the call's
-	// return, COMMIT's reply included.
+	// return, COMMIT's reply included, cut at the end of the run (see
+	// addWindow).
 	window time.Duration
 
 	codes map[string]int64 // failed attempts by SQLSTATE / error number
@@ -89,6 +90,20 @@ func (s *stats) record(id int64, out outcome, attempts int, start, fin, end time
 	default:
 		s.other++
 	}
+}
+
+// addWindow adds to the window the part before end of a committed call's
+// window, which began at began and ended at fin; a zero began adds nothing.
+// Cut at end, one worker's windows never add up to more than the run: the
+// last call of a run may finish well after it on a loaded machine.
+func (s *stats) addWindow(began, fin, end time.Time) {
+	if began.IsZero() || !began.Before(end) {
+		return
+	}
+	if fin.After(end) {
+		fin = end
+	}
+	s.window += fin.Sub(began)
 }
 
 // merge adds o to s.

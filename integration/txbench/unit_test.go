@@ -424,3 +424,31 @@ func TestSQLCommitContextErrorIsUncertainOnPostgreSQL(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowIsCutAtTheRunsEnd: a committed call's window counts only up to
+// the end of the run, so a serial worker's windows never exceed the run,
+// even when its last call finishes long after the end.
+func TestWindowIsCutAtTheRunsEnd(t *testing.T) {
+	end := time.Unix(1000, 0)
+	ms := func(d int) time.Time { return end.Add(time.Duration(d) * time.Millisecond) }
+	tests := []struct {
+		name       string
+		began, fin time.Time
+		want       time.Duration
+	}{
+		{"within the run", ms(-30), ms(-10), 20 * time.Millisecond},
+		{"finished after the end", ms(-30), ms(50), 30 * time.Millisecond},
+		{"began after the end", ms(10), ms(50), 0},
+		{"began at the end", end, ms(50), 0},
+		{"not committed through txretry", time.Time{}, ms(-10), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStats()
+			s.addWindow(tt.began, tt.fin, end)
+			if s.window != tt.want {
+				t.Errorf("window %v, want %v", s.window, tt.want)
+			}
+		})
+	}
+}
