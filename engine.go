@@ -19,16 +19,26 @@ func init() {
 		if !ok && opts != nil {
 			return errors.New("txretry: internal error: options of the wrong type")
 		}
-		if len(o) == 0 {
-			return run(ctx, &runner{a: a}, o)
-		}
-		rc := &struct {
-			runner
-			cfg config
-		}{runner: runner{a: a}}
-		rc.own = &rc.cfg
-		return run(ctx, &rc.runner, o)
+		r := newCallState(o, func(r *runner) *runner { return r })
+		r.a = a
+		return run(ctx, r, o)
 	}
+}
+
+// newCallState allocates an adapter's per-call state S, whose runner
+// runnerOf returns. A call with options also gets the storage its
+// configuration is resolved into (the runner's own), in the same
+// allocation; a call without shares the defaults and allocates only S.
+func newCallState[S any](opts []Option, runnerOf func(*S) *runner) *S {
+	if len(opts) == 0 {
+		return new(S)
+	}
+	sc := new(struct {
+		s   S
+		cfg config
+	})
+	runnerOf(&sc.s).own = &sc.cfg
+	return &sc.s
 }
 
 // txCtxKey keys the running transaction in the context handed to fn.
@@ -77,8 +87,8 @@ func sameKey(a, b any) bool {
 // run is the engine: attempt, classify, decide, wait or verify, report. r is
 // a zero runner but for its adapter and, for a call with options, own: the
 // storage its configuration is resolved into. An adapter may embed the
-// runner and that storage in its own per-call state so that a call costs one
-// allocation for all of them.
+// runner in its own per-call state, allocated by newCallState, so that a
+// call costs one allocation for all of them.
 func run(ctx context.Context, r *runner, opts []Option) error {
 	if ctx == nil {
 		return errors.Join(ErrInvalidOption, errors.New("txretry: nil context"))

@@ -41,18 +41,8 @@ func RunInTx(ctx context.Context, db DB, fn func(ctx context.Context, tx *sql.Tx
 	if fn == nil {
 		return fmt.Errorf("%w: nil fn", ErrInvalidOption)
 	}
-	var a *sqlAdapter
-	if len(opts) == 0 {
-		a = &sqlAdapter{db: db, fn: fn} // the call shares the default configuration
-	} else {
-		ac := &struct {
-			sqlAdapter
-			cfg config
-		}{sqlAdapter: sqlAdapter{db: db, fn: fn}}
-		a = &ac.sqlAdapter
-		a.r.own = &ac.cfg
-	}
-	a.r.a = a
+	a := newCallState(opts, func(a *sqlAdapter) *runner { return &a.r })
+	a.db, a.fn, a.r.a = db, fn, a
 	return run(ctx, &a.r, opts)
 }
 
