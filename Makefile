@@ -3,7 +3,7 @@ GO ?= go
 RACE ?= -race
 # Nested modules: each has its own go.mod so that library users never get
 # their dependencies (testcontainers, OpenTelemetry) in their module graph.
-MODULES := $(patsubst %/go.mod,%,$(wildcard integration/go.mod examples/go.mod otelretry/go.mod))
+MODULES := $(patsubst %/go.mod,%,$(wildcard integration/go.mod examples/go.mod txretry/otelretry/go.mod))
 
 PG_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
@@ -16,7 +16,7 @@ test: unit modules
 ## unit: the library's own unit tests (no database needed), then the allocation counts without -race (whose sync.Pool drops items)
 unit:
 	$(GO) test $(RACE) -count=1 ./...
-	$(GO) test -count=1 -run '^TestOverheadAllocations$$' .
+	$(GO) test -count=1 -run '^TestOverheadAllocations$$' ./txretry
 
 ## modules: the nested modules' tests (need TXRETRY_PG_DSN / TXRETRY_MYSQL_DSN, or Docker for testcontainers)
 modules:

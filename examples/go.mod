@@ -13,7 +13,7 @@ require (
 	github.com/testcontainers/testcontainers-go/modules/mysql v0.45.0
 	github.com/testcontainers/testcontainers-go/modules/postgres v0.45.0
 	github.com/txretry/txretry v0.0.0-00010101000000-000000000000
-	github.com/txretry/txretry/otelretry v0.0.0-00010101000000-000000000000
+	github.com/txretry/txretry/txretry/otelretry v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/otel/exporters/stdout/stdoutmetric v1.46.0
 	go.opentelemetry.io/otel/exporters/stdout/stdouttrace v1.46.0
 	go.opentelemetry.io/otel/sdk v1.46.0
@@ -77,4 +77,4 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 )
 
-replace github.com/txretry/txretry/otelretry => ../otelretry
+replace github.com/txretry/txretry/txretry/otelretry => ../txretry/otelretry

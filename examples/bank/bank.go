@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/examples/internal/dbconn"
-	"github.com/txretry/txretry/pgxretry"
+	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/pgxretry"
 )
 
 // config is what one burst of transfers looks like.

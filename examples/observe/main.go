@@ -19,11 +19,11 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/examples/internal/cli"
 	"github.com/txretry/txretry/examples/internal/dbconn"
-	"github.com/txretry/txretry/otelretry"
-	"github.com/txretry/txretry/slogretry"
+	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/otelretry"
+	"github.com/txretry/txretry/txretry/slogretry"
 )
 
 func main() {

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/txretry"
 )
 
 // What a job's payload can ask the processor to simulate.

@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/examples/internal/dbconn"
 	"github.com/txretry/txretry/examples/internal/dbconntest"
+	"github.com/txretry/txretry/txretry"
 )
 
 // This file simulates a lost COMMIT without a proxy, by wrapping the driver:

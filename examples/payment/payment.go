@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/examples/internal/dbconn"
 	"github.com/txretry/txretry/mysqlerr"
 	"github.com/txretry/txretry/pgerr"
+	"github.com/txretry/txretry/txretry"
 )
 
 var (

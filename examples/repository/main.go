@@ -15,9 +15,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/examples/internal/cli"
 	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/txretry"
 )
 
 func main() {

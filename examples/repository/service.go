@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/examples/repository/store"
+	"github.com/txretry/txretry/txretry"
 )
 
 // schema creates the tables; it is also sqlc's input.

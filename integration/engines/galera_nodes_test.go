@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/integration/internal/faultproxy"
+	"github.com/txretry/txretry/txretry"
 )
 
 // TestGaleraNodeLeaves stops node 3 gracefully (galera.sh stop-node 3):

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/integration/internal/faultproxy"
+	"github.com/txretry/txretry/txretry"
 )
 
 // probeRun is the outcome of one lost commit verified on another node.

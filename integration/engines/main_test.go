@@ -13,8 +13,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/integration/internal/dbtest"
+	"github.com/txretry/txretry/txretry"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }

@@ -16,11 +16,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/integration/internal/dbtest"
 	"github.com/txretry/txretry/integration/internal/faultproxy"
 	"github.com/txretry/txretry/pgerr"
-	"github.com/txretry/txretry/pgxretry"
+	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/pgxretry"
 )
 
 // bouncer is the test's database, reached directly and through PgBouncer.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/txretry"
 )
 
 // Size of the bank scenario.

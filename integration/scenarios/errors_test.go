@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/txretry"
 )
 
 // TestUniqueViolation: a permanent error (23505 / 1062) is returned at once

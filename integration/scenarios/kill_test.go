@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/txretry"
 )
 
 // TestBackendKilledInFn: the session is ended by an administrator

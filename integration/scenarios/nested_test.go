@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/txretry"
 )
 
 // TestNestedJoinsOuter: a RunInTx inside fn, with the ctx fn received and on

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/txretry"
 )
 
 // TestIsolationReachesServer: the transaction fn runs in has the level

@@ -19,9 +19,9 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"go.uber.org/goleak"
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/integration/internal/dbtest"
-	"github.com/txretry/txretry/pgxretry"
+	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/pgxretry"
 )
 
 // TestMain terminates the containers dbtest may start. dbtest.Main ends the

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/txretry"
 )
 
 // TestPurgeCommitMarkers: the marker table of CommitMarkerDDL and the

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/txretry"
 )
 
 // swallowed is what a call returns when fn swallowed a server error and

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/txretry"
 )
 
 // setupTimeout bounds opening a run's pool, recreating its tables and checking

@@ -15,10 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/mysqlerr"
 	"github.com/txretry/txretry/pgerr"
-	"github.com/txretry/txretry/pgxretry"
+	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/pgxretry"
 )
 
 // dialect is the SQL flavour of a driver.

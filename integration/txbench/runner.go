@@ -10,7 +10,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
-	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/txretry"
 )
 
 // runnerKind says how a runner runs a call.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry"
+	"github.com/txretry/txretry/txretry"
 )
 
 func durations(n int) []time.Duration {

@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/integration/internal/faultproxy"
-	"github.com/txretry/txretry/pgxretry"
+	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/pgxretry"
 )
 
 // On a handle of one connection, the connection lost with the commit is the

@@ -16,9 +16,9 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/goleak"
 
-	"github.com/txretry/txretry"
 	"github.com/txretry/txretry/integration/internal/dbtest"
 	"github.com/txretry/txretry/integration/internal/faultproxy"
+	"github.com/txretry/txretry/txretry"
 )
 
 var trials = flag.Int("campaign.trials", 200, "trials per driver path and mode in the randomized campaign")

@@ -1,0 +1,126 @@
+package txretry_test
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/txretry/txretry/mysqlerr"
+	"github.com/txretry/txretry/pgerr"
+	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/internal/fakedb"
+)
+
+// The scripted fake driver stands in for a database here: its first COMMIT
+// fails with a serialization failure, as PostgreSQL's does under SERIALIZABLE.
+func ExampleRunInTx() {
+	drv := &fakedb.Driver{OnCommit: func(n int) error {
+		if n == 1 {
+			return &fakedb.SQLStateError{Code: "40001", Message: "could not serialize access"}
+		}
+		return nil
+	}}
+	db := drv.DB() // in real code: sql.Open("pgx", dsn) or sql.Open("mysql", dsn)
+	defer db.Close()
+
+	err := txretry.RunInTx(context.Background(), db, func(ctx context.Context, tx *sql.Tx) error {
+		fmt.Println("attempt", txretry.Attempt(ctx))
+		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - 10 WHERE id = 1")
+		return err
+	}, txretry.WithIsolation(sql.LevelSerializable))
+	fmt.Println("err:", err)
+	// Output:
+	// attempt 1
+	// attempt 2
+	// err: <nil>
+}
+
+func ExampleRetryError() {
+	drv := &fakedb.Driver{OnExec: func(context.Context, int, string, []driver.NamedValue) error {
+		return &fakedb.SQLStateError{Code: "40P01", Message: "deadlock detected"}
+	}}
+	db := drv.DB()
+	defer db.Close()
+
+	err := txretry.RunInTx(context.Background(), db, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE t SET v = 1")
+		return err
+	}, txretry.WithMaxAttempts(3), txretry.WithBackoff(txretry.Constant(time.Millisecond)))
+
+	var re *txretry.RetryError
+	fmt.Println(errors.Is(err, txretry.ErrRetriesExhausted), errors.As(err, &re) && re.Attempts == 3)
+	fmt.Println(err)
+	// Output:
+	// true true
+	// txretry: stopped after 3 attempt(s) (attempt limit): SQLSTATE 40P01 (fakedb.SQLStateError)
+}
+
+func ExampleWithRetryOn() {
+	// The first UPDATE finds the row locked (NOWAIT / lock_timeout): 55P03,
+	// which is not retried by default.
+	drv := &fakedb.Driver{OnExec: func(_ context.Context, n int, _ string, _ []driver.NamedValue) error {
+		if n == 1 {
+			return &fakedb.SQLStateError{Code: "55P03", Message: "could not obtain lock"}
+		}
+		return nil
+	}}
+	db := drv.DB()
+	defer db.Close()
+	fn := func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE t SET v = 1")
+		return err
+	}
+
+	// Also retry lock timeouts, on top of the default class.
+	err := txretry.RunInTx(context.Background(), db, fn,
+		txretry.WithRetryOn(pgerr.IsLockNotAvailable, mysqlerr.IsLockWaitTimeout))
+	fmt.Println("err:", err, "attempts:", drv.Stats().Begins)
+	// Output: err: <nil> attempts: 2
+}
+
+func ExampleCommitMarkerDDL() {
+	ddl, err := txretry.CommitMarkerDDL("txretry_markers")
+	fmt.Println(ddl, err)
+	_, err = txretry.CommitMarkerDDL("markers; DROP TABLE users")
+	fmt.Println(errors.Is(err, txretry.ErrInvalidOption))
+	// Output:
+	// CREATE TABLE IF NOT EXISTS txretry_markers (token VARCHAR(64) NOT NULL PRIMARY KEY, created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP) <nil>
+	// true
+}
+
+func ExampleFullJitter() {
+	b := txretry.FullJitter(txretry.Capped(100*time.Millisecond, txretry.Exponential(10*time.Millisecond)))
+	for retry := 1; retry <= 5; retry++ {
+		fmt.Println(b.Delay(retry, 0.5)) // half of 10, 20, 40, 80, 100 ms
+	}
+	// Output:
+	// 5ms
+	// 10ms
+	// 20ms
+	// 40ms
+	// 50ms
+}
+
+// A transfer names the two accounts it writes: transfers that share an
+// account take turns, and others run at the same time.
+func ExampleWithContentionKeys() {
+	db := (&fakedb.Driver{}).DB() // in real code: sql.Open("pgx", dsn) or sql.Open("mysql", dsn)
+	defer db.Close()
+
+	transfer := func(ctx context.Context, from, to int, amount int64) error {
+		return txretry.RunInTx(ctx, db, func(ctx context.Context, tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2", amount, from); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, to)
+			return err
+		}, txretry.WithIsolation(sql.LevelSerializable),
+			txretry.WithContentionKeys(fmt.Sprint("account:", from), fmt.Sprint("account:", to)))
+	}
+	fmt.Println(transfer(context.Background(), 1, 2, 10))
+	// Output:
+	// <nil>
+}

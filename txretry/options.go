@@ -1,0 +1,256 @@
+package txretry
+
+import (
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/txretry/txretry/txretry/internal/core"
+)
+
+// Defaults of the options. Each option's documentation repeats its default.
+const (
+	// DefaultMaxAttempts is the attempt limit, the first attempt included.
+	DefaultMaxAttempts = 10
+	// DefaultCommitTimeout bounds COMMIT (and ROLLBACK) once fn has returned.
+	DefaultCommitTimeout = 10 * time.Second
+	// DefaultVerifyTimeout bounds the verification of an uncertain commit.
+	DefaultVerifyTimeout = 30 * time.Second
+)
+
+// An Option configures one call of RunInTx (or pgxretry.RunInTx). Options
+// are resolved once per call into an immutable configuration, so one Option
+// value may be shared by any number of concurrent calls.
+type Option func(*config)
+
+// config is the resolved, immutable configuration of one call.
+type config struct {
+	err            error
+	maxAttempts    int
+	backoff        Backoff
+	backoffSet     bool
+	budget         time.Duration
+	attemptTimeout time.Duration
+	commitTimeout  time.Duration
+	verifyTimeout  time.Duration
+	txOpts         core.TxOptions
+	classify       func(error) bool
+	clock          Clock
+	rand           func() float64
+	verifier       verifier
+	observers      []Observer
+	label          string
+	cm             *ContentionManager
+	cmSet          bool     // cm was chosen by an option (nil: off)
+	keys           []string // WithContentionKeys: sorted, without duplicates
+	budgetShared   *RetryBudget
+}
+
+// isNil reports a nil interface or an interface holding a nil pointer,
+// func, map or similar, which would panic on first use.
+func isNil(v any) bool { return core.IsNil(v) }
+
+// defaultConfig is the configuration of every call without options: shared,
+// so never written.
+var defaultConfig = config{
+	maxAttempts:   DefaultMaxAttempts,
+	backoff:       defaultBackoff,
+	commitTimeout: DefaultCommitTimeout,
+	verifyTimeout: DefaultVerifyTimeout,
+	classify:      DefaultClassifier,
+	clock:         systemClock{},
+	rand:          rand.Float64,
+}
+
+// resolve fills c from the defaults and opts.
+func resolve(c *config, opts []Option) error {
+	*c = defaultConfig
+	for _, o := range opts {
+		if o == nil {
+			c.fail("nil Option")
+			continue
+		}
+		o(c)
+	}
+	if len(c.keys) > 0 && c.cmSet && c.cm == nil {
+		c.fail("WithContentionKeys with WithoutContentionManager: the keys are held in a contention manager")
+	}
+	return c.err
+}
+
+func (c *config) fail(format string, args ...any) {
+	if c.err == nil {
+		c.err = fmt.Errorf("%w: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
+	}
+}
+
+// WithMaxAttempts limits the number of attempts, the first one included:
+// WithMaxAttempts(1) never retries. n < 1 makes the call return an error
+// matching ErrInvalidOption before any attempt. Default: DefaultMaxAttempts (10).
+func WithMaxAttempts(n int) Option {
+	return func(c *config) {
+		if n < 1 {
+			c.fail("WithMaxAttempts(%d): n counts the first attempt and must be at least 1", n)
+			return
+		}
+		c.maxAttempts = n
+	}
+}
+
+// WithBackoff sets the wait between attempts. Default: DefaultBackoff(),
+// full jitter over an exponential delay from 2 ms capped at 250 ms, used
+// when no contention manager is in force (WithoutContentionManager, or a
+// handle without a default manager). With a contention manager and no
+// WithBackoff, retries wait in the manager's queue instead of sleeping; an
+// explicit WithBackoff applies in addition to the queue.
+func WithBackoff(b Backoff) Option {
+	return func(c *config) {
+		if isNil(b) {
+			c.fail("WithBackoff(nil)")
+			return
+		}
+		c.backoff, c.backoffSet = b, true
+	}
+}
+
+// positive is an option setting the duration field chosen by at to d, which
+// must be positive.
+func positive(name string, d time.Duration, at func(*config) *time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.fail("%s(%v): must be positive", name, d)
+			return
+		}
+		*at(c) = d
+	}
+}
+
+// WithTimeBudget bounds the whole call, waits included: no attempt or wait
+// is started that cannot finish within d of the call's start, judging by the
+// shortest attempt of this call so far; the call then returns the last
+// retryable error wrapped in a *RetryError (ErrRetriesExhausted, reason
+// "time budget"). The caller's context deadline is honoured the same way
+// (reason "deadline"). d must be positive. Default: no budget beyond the
+// context's deadline and the attempt limit.
+func WithTimeBudget(d time.Duration) Option {
+	return positive("WithTimeBudget", d, func(c *config) *time.Duration { return &c.budget })
+}
+
+// WithAttemptTimeout bounds each call of fn: the context fn receives expires
+// d after the attempt began. An attempt cut short this way fails with an
+// error matching ErrAttemptTimeout and context.DeadlineExceeded, which is not
+// retried by default. COMMIT is bounded by WithCommitTimeout instead. d must
+// be positive. Default: none.
+func WithAttemptTimeout(d time.Duration) Option {
+	return positive("WithAttemptTimeout", d, func(c *config) *time.Duration { return &c.attemptTimeout })
+}
+
+// WithCommitTimeout bounds COMMIT once fn has returned nil, and ROLLBACK.
+// COMMIT does not observe the caller's context (a cancellation must not turn
+// a commit into an uncertain one); this timeout is what bounds it. A COMMIT
+// cut short by it is uncertain. d must be positive. Default:
+// DefaultCommitTimeout (10 s). With go-sql-driver/mysql, which ignores
+// contexts during COMMIT, only the DSN's readTimeout bounds COMMIT.
+func WithCommitTimeout(d time.Duration) Option {
+	return positive("WithCommitTimeout", d, func(c *config) *time.Duration { return &c.commitTimeout })
+}
+
+// WithVerifyTimeout bounds the verification of one uncertain commit (all its
+// tries together). d must be positive. Default: DefaultVerifyTimeout (30 s),
+// and never past the time budget or the caller's context.
+func WithVerifyTimeout(d time.Duration) Option {
+	return positive("WithVerifyTimeout", d, func(c *config) *time.Duration { return &c.verifyTimeout })
+}
+
+// WithIsolation sets the isolation level of every attempt's transaction,
+// for both adapters. Default: sql.LevelDefault, the server's default (READ
+// COMMITTED on PostgreSQL, REPEATABLE READ on MySQL and MariaDB).
+// pgxretry supports LevelDefault, LevelReadUncommitted, LevelReadCommitted,
+// LevelRepeatableRead and LevelSerializable.
+func WithIsolation(level sql.IsolationLevel) Option {
+	return func(c *config) {
+		if level < sql.LevelDefault || level > sql.LevelLinearizable {
+			c.fail("WithIsolation(%d): unknown isolation level", int(level))
+			return
+		}
+		c.txOpts.Isolation = level
+	}
+}
+
+// WithReadOnly makes every attempt's transaction read-only. Default: read-write.
+func WithReadOnly() Option {
+	return func(c *config) { c.txOpts.ReadOnly = true }
+}
+
+// WithClassifier replaces the default classifier: retryable reports whether
+// an error from fn or from COMMIT calls for a new attempt. It must be safe
+// for concurrent use. Default: DefaultClassifier. It is not consulted for
+// commit errors that leave the outcome unknown (see ErrCommitUncertain).
+func WithClassifier(retryable func(err error) bool) Option {
+	return func(c *config) {
+		if retryable == nil {
+			c.fail("WithClassifier(nil)")
+			return
+		}
+		c.classify = retryable
+	}
+}
+
+// WithRetryOn extends the classifier in force (the default one unless
+// WithClassifier came first): an error is retryable if the classifier or any
+// of the given functions says so. For example,
+// WithRetryOn(pgerr.IsLockNotAvailable, mysqlerr.IsLockWaitTimeout).
+func WithRetryOn(retryable ...func(err error) bool) Option {
+	return func(c *config) {
+		for _, f := range retryable {
+			if f == nil {
+				c.fail("WithRetryOn: nil function")
+				return
+			}
+		}
+		prev := c.classify
+		c.classify = func(err error) bool {
+			if prev(err) {
+				return true
+			}
+			for _, f := range retryable {
+				if f(err) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+}
+
+// WithClock sets the clock used for waits between attempts and for the time
+// budget; meant for deterministic tests. Default: the system clock.
+func WithClock(clk Clock) Option {
+	return func(c *config) {
+		if isNil(clk) {
+			c.fail("WithClock(nil)")
+			return
+		}
+		c.clock = clk
+	}
+}
+
+// WithRand sets the random source of the backoff's jitter: a function
+// returning values uniformly distributed in [0, 1). It must be safe for
+// concurrent use if the Option is shared. Default: math/rand/v2's Float64.
+func WithRand(float64 func() float64) Option {
+	return func(c *config) {
+		if float64 == nil {
+			c.fail("WithRand(nil)")
+			return
+		}
+		c.rand = float64
+	}
+}
+
+// WithLabel names the operation (for example "transfer"), for observers,
+// logs and metrics. Default: empty.
+func WithLabel(label string) Option {
+	return func(c *config) { c.label = label }
+}

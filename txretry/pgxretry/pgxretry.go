@@ -1,0 +1,280 @@
+package pgxretry
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txretry/txretry/pgerr"
+	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/internal/core"
+)
+
+// Beginner begins pgx transactions: *pgxpool.Pool and *pgx.Conn satisfy it.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// RunInTx runs fn in a transaction on db and commits it, re-running the
+// whole transaction when PostgreSQL reports a serialization failure or a
+// deadlock, with the same semantics and options as txretry.RunInTx.
+//
+// The pgx.Tx that fn receives records the first error the server reports to
+// any of its statements. If fn swallows such an error and returns nil, the
+// server answers COMMIT with ROLLBACK (pgx.ErrTxCommitRollback); RunInTx then
+// returns an error that matches both, and retries when the swallowed error
+// was retryable. Calls of Commit or Rollback on that pgx.Tx by fn return
+// txretry.ErrTxEndedByFn and do nothing: RunInTx ends the transaction.
+//
+// What ctx governs: BEGIN, fn's statements (when fn passes the context it
+// received), the waits between attempts and verification; not COMMIT, which
+// runs under txretry.WithCommitTimeout once fn has returned nil.
+func RunInTx(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error, opts ...txretry.Option) error {
+	if core.IsNil(db) {
+		return fmt.Errorf("%w: nil Beginner", txretry.ErrInvalidOption)
+	}
+	if fn == nil {
+		return fmt.Errorf("%w: nil fn", txretry.ErrInvalidOption)
+	}
+	return core.Run(ctx, &adapter{db: db, fn: fn}, opts)
+}
+
+// adapter adapts pgx to txretry's engine.
+type adapter struct {
+	db Beginner
+	fn func(ctx context.Context, tx pgx.Tx) error
+}
+
+func (a *adapter) Key() any { return a.db }
+
+func (a *adapter) Begin(ctx context.Context, o core.TxOptions) (core.Tx, error) {
+	opts, err := txOptions(o)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := a.db.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &attempt{tx: tx}, nil
+}
+
+func (a *adapter) Call(ctx context.Context, tx core.Tx) error {
+	at := tx.(*attempt)
+	return a.fn(ctx, &recTx{Tx: at.tx, rec: &at.rec, outer: true})
+}
+
+func (a *adapter) NotCommitted(err error) bool { return errors.Is(err, pgx.ErrTxCommitRollback) }
+
+func (a *adapter) Check(o core.TxOptions) error {
+	_, err := txOptions(o)
+	return err
+}
+
+func (a *adapter) SingleConn() bool {
+	_, ok := a.db.(*pgx.Conn)
+	return ok
+}
+
+func (a *adapter) PerHandle(m *sync.Map, newV func() any) any {
+	switch h := a.db.(type) {
+	case *pgxpool.Pool:
+		return core.PerHandle(m, h, newV)
+	case *pgx.Conn:
+		return core.PerHandle(m, h, newV)
+	}
+	return nil
+}
+
+func txOptions(o core.TxOptions) (pgx.TxOptions, error) {
+	var opts pgx.TxOptions
+	switch o.Isolation {
+	case sql.LevelDefault:
+	case sql.LevelReadUncommitted:
+		opts.IsoLevel = pgx.ReadUncommitted
+	case sql.LevelReadCommitted:
+		opts.IsoLevel = pgx.ReadCommitted
+	case sql.LevelRepeatableRead, sql.LevelSnapshot:
+		opts.IsoLevel = pgx.RepeatableRead
+	case sql.LevelSerializable:
+		opts.IsoLevel = pgx.Serializable
+	default:
+		return opts, fmt.Errorf("%w: isolation level %v is not supported by pgx", txretry.ErrInvalidOption, o.Isolation)
+	}
+	if o.ReadOnly {
+		opts.AccessMode = pgx.ReadOnly
+	}
+	return opts, nil
+}
+
+// attempt is one pgx attempt.
+type attempt struct {
+	tx  pgx.Tx
+	rec recorder
+}
+
+// shielded is ctx without its cancellation, bounded by timeout.
+func shielded(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), timeout)
+}
+
+func (a *attempt) Commit(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := shielded(ctx, timeout)
+	defer cancel()
+	err := a.tx.Commit(ctx)
+	if errors.Is(err, pgx.ErrTxCommitRollback) {
+		if swallowed := a.rec.get(); swallowed != nil {
+			return errors.Join(err, swallowed)
+		}
+	}
+	return err
+}
+
+func (a *attempt) Rollback(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := shielded(ctx, timeout)
+	defer cancel()
+	return a.tx.Rollback(ctx)
+}
+
+func (a *attempt) Exec(ctx context.Context, query string) error {
+	_, err := a.tx.Exec(ctx, query)
+	return err
+}
+
+func (a *attempt) QueryString(ctx context.Context, query string) (string, bool, error) {
+	var s *string
+	if err := a.tx.QueryRow(ctx, query).Scan(&s); err != nil {
+		return "", false, err
+	}
+	if s == nil {
+		return "", false, nil
+	}
+	return *s, true, nil
+}
+
+// recorder keeps the first server-reported error of an attempt.
+type recorder struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (r *recorder) note(err error) error {
+	if err != nil && pgerr.SQLState(err) != "" {
+		r.mu.Lock()
+		if r.err == nil {
+			r.err = err
+		}
+		r.mu.Unlock()
+	}
+	return err
+}
+
+func (r *recorder) get() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// recTx is the pgx.Tx handed to fn: it records server errors and keeps fn
+// from ending the real transaction.
+type recTx struct {
+	pgx.Tx
+	rec   *recorder
+	outer bool
+}
+
+func (t *recTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := t.Tx.Begin(ctx)
+	if err != nil {
+		return nil, t.rec.note(err)
+	}
+	return &recTx{Tx: tx, rec: t.rec}, nil
+}
+
+func (t *recTx) Commit(ctx context.Context) error {
+	if t.outer {
+		return txretry.ErrTxEndedByFn
+	}
+	return t.rec.note(t.Tx.Commit(ctx))
+}
+
+func (t *recTx) Rollback(ctx context.Context) error {
+	if t.outer {
+		return txretry.ErrTxEndedByFn
+	}
+	return t.Tx.Rollback(ctx)
+}
+
+func (t *recTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	tag, err := t.Tx.Exec(ctx, sql, args...)
+	return tag, t.rec.note(err)
+}
+
+func (t *recTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := t.Tx.Query(ctx, sql, args...)
+	if err != nil {
+		return rows, t.rec.note(err)
+	}
+	return &recRows{Rows: rows, rec: t.rec}, nil
+}
+
+func (t *recTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return recRow{row: t.Tx.QueryRow(ctx, sql, args...), rec: t.rec}
+}
+
+func (t *recTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return &recBatch{BatchResults: t.Tx.SendBatch(ctx, b), rec: t.rec}
+}
+
+func (t *recTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	n, err := t.Tx.CopyFrom(ctx, table, cols, src)
+	return n, t.rec.note(err)
+}
+
+func (t *recTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	sd, err := t.Tx.Prepare(ctx, name, sql)
+	return sd, t.rec.note(err)
+}
+
+type recRows struct {
+	pgx.Rows
+	rec *recorder
+}
+
+func (r *recRows) Err() error { return r.rec.note(r.Rows.Err()) }
+
+type recRow struct {
+	row pgx.Row
+	rec *recorder
+}
+
+func (r recRow) Scan(dest ...any) error { return r.rec.note(r.row.Scan(dest...)) }
+
+type recBatch struct {
+	pgx.BatchResults
+	rec *recorder
+}
+
+func (b *recBatch) Exec() (pgconn.CommandTag, error) {
+	tag, err := b.BatchResults.Exec()
+	return tag, b.rec.note(err)
+}
+
+func (b *recBatch) Query() (pgx.Rows, error) {
+	rows, err := b.BatchResults.Query()
+	if err != nil {
+		return rows, b.rec.note(err)
+	}
+	return &recRows{Rows: rows, rec: b.rec}, nil
+}
+
+func (b *recBatch) QueryRow() pgx.Row { return recRow{row: b.BatchResults.QueryRow(), rec: b.rec} }
+
+func (b *recBatch) Close() error { return b.rec.note(b.BatchResults.Close()) }
