@@ -352,6 +352,15 @@ func (m *ContentionManager) stalledLocked(now time.Time) {
 	m.grantLocked()
 }
 
+// giveBack leaves the gate without an attempt: the place passes on, and
+// nothing is learnt about contention.
+func (m *ContentionManager) giveBack() {
+	m.mu.Lock()
+	m.inUse--
+	m.grantLocked()
+	m.mu.Unlock()
+}
+
 // release leaves the gate; conflict says the attempt failed with a
 // retryable error, d is how long the attempt took, t is the attempt's
 // admission.

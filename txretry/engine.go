@@ -231,6 +231,18 @@ func (r *runner) run(ctx context.Context) (err error) {
 				return &RetryError{Attempts: attempt, Reason: "context", Cause: aerr, Err: last}
 			}
 		}
+		if attempt > 1 && !deadline.IsZero() && cfg.clock.Now().Add(minDur).After(deadline) {
+			// Admitted too late: the wait for admission ran on while
+			// another call held the gate or a key, and an attempt as
+			// short as the shortest so far would now end after the
+			// deadline or the time budget.
+			if r.cm != nil {
+				r.giveBack()
+			}
+			attempt--
+			outcome = Exhausted
+			return &RetryError{Attempts: attempt, Reason: reason, Cause: ErrRetriesExhausted, Err: last}
+		}
 		if attempt == 1 && cfg.budgetShared != nil {
 			cfg.budgetShared.deposit()
 		}
@@ -356,6 +368,15 @@ func (r *runner) leave(conflict bool, d time.Duration, now time.Time) {
 		return
 	}
 	r.cm.release(&r.ticket, conflict, d, now)
+}
+
+// giveBack gives back what admit took, for an attempt that does not run.
+func (r *runner) giveBack() {
+	if len(r.cfg.keys) > 0 {
+		r.cm.unlockKeys(r.cfg.keys)
+		return
+	}
+	r.cm.giveBack()
 }
 
 // wait sleeps d on the configured clock, or until ctx ends.
