@@ -33,7 +33,7 @@ type RetryBudget struct {
 // NewRetryBudget returns a budget that allows retries up to ratio times the
 // first attempts plus perSecond a second. clk is the clock that refills it
 // (nil: the system clock). A negative or non-finite ratio or perSecond, or
-// both zero, returns an error matching ErrInvalidOption.
+// both zero, or a typed nil clk, returns an error matching ErrInvalidOption.
 func NewRetryBudget(ratio, perSecond float64, clk Clock) (*RetryBudget, error) {
 	bad := func(f float64) bool { return f < 0 || math.IsNaN(f) || math.IsInf(f, 0) }
 	if bad(ratio) || bad(perSecond) || (ratio == 0 && perSecond == 0) {
@@ -42,6 +42,8 @@ func NewRetryBudget(ratio, perSecond float64, clk Clock) (*RetryBudget, error) {
 	}
 	if clk == nil {
 		clk = systemClock{}
+	} else if isNil(clk) {
+		return nil, fmt.Errorf("%w: NewRetryBudget: a typed nil Clock (%T); pass nil for the system clock", ErrInvalidOption, clk)
 	}
 	perSecond = min(perSecond, 1e9)
 	return &RetryBudget{ratio: ratio, perSecond: perSecond, capacity: max(10*perSecond, 10), tokens: perSecond, clock: clk, last: clk.Now()}, nil

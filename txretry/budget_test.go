@@ -32,6 +32,15 @@ func TestRetryBudgetValidation(t *testing.T) {
 	}
 }
 
+// A typed nil Clock is an error, as with WithClock, not a panic on first use.
+func TestRetryBudgetRejectsATypedNilClock(t *testing.T) {
+	var clk *fakeClock
+	b, err := txretry.NewRetryBudget(0.2, 10, clk)
+	if !errors.Is(err, txretry.ErrInvalidOption) || b != nil {
+		t.Fatalf("NewRetryBudget with a typed nil clock = %v, %v; want nil, ErrInvalidOption", b, err)
+	}
+}
+
 // A storm: every attempt fails with a retryable code. With the budget, total
 // attempts stay within (1+ratio) x calls + perSecond x (seconds+1).
 func TestRetryBudgetBoundsAStorm(t *testing.T) {
