@@ -128,7 +128,8 @@ func positive(name string, d time.Duration, at func(*config) *time.Duration) Opt
 
 // WithTimeBudget bounds the whole call, waits included: no attempt or wait
 // is started that cannot finish within d of the call's start, judging by the
-// shortest attempt of this call so far; the call then returns the last
+// shortest attempt of this call so far (a retry admitted by the contention
+// manager is checked again once admitted); the call then returns the last
 // retryable error wrapped in a *RetryError (ErrRetriesExhausted, reason
 // "time budget"). The caller's context deadline is honoured the same way
 // (reason "deadline"). d must be positive. Default: no budget beyond the
@@ -138,7 +139,8 @@ func WithTimeBudget(d time.Duration) Option {
 }
 
 // WithAttemptTimeout bounds each call of fn: the context fn receives expires
-// d after the attempt began. An attempt cut short this way fails with an
+// d after BEGIN returned, when fn is called (BEGIN and the wait for a pooled
+// connection are bounded by the caller's context alone). An attempt cut short this way fails with an
 // error matching ErrAttemptTimeout and context.DeadlineExceeded, which is not
 // retried by default. COMMIT is bounded by WithCommitTimeout instead. d must
 // be positive. Default: none.
