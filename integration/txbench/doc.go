@@ -58,15 +58,32 @@
 // # Method
 //
 // Runs are interleaved: for each workload and driver, every repeat runs every
-// runner once, starting each repeat at the next runner (round robin), so that
-// drifts of the machine spread over all runners. Each run opens its own pool
-// (warmed up to one connection per worker) and closes it afterwards, so that
-// no per-handle state survives between runs. Reported values are medians over
-// the repeats; the ratio column is the median of the per-repeat ratios of
-// goodput to the reference runner's (txretry's, when it runs).
+// runner once at every spread of -procs (serial once, in one process),
+// starting each repeat at the next (runner, spread) pair (round robin), so
+// that drifts of the machine spread over all of them. Each run opens its own
+// pool (warmed up to one connection per worker) and closes it afterwards, so
+// that no per-handle state survives between runs. Reported values are medians
+// over the repeats; the ratio column is the median of the per-repeat ratios
+// of goodput to the reference runner's (txretry's, when it runs) at the same
+// spread, and "x serial" the median of the per-repeat ratios to serial's.
+//
+// A spread of P > 1 processes runs the -workers workers split as evenly as
+// possible over P child processes (re-execs of txbench, 32 over 8: 4 each),
+// each with its own pool and its own library state, as replicas of a service
+// would: txretry's contention manager of a process sees only that process's
+// transactions. The parent recreates the tables, starts the children, waits
+// until all have warmed up their pools, releases them at the same moment,
+// and merges their raw records (every call's outcome, latency and attempts,
+// the committed call ids, the failed attempts by code) into one result:
+// counts summed, percentiles over the calls of all processes, and one
+// consistency check over all the calls. Children are killed when the parent
+// exits or a run outlasts its duration by minutes; a failed child's stderr is
+// reported with its number as prefix.
 //
 // # Measures
 //
+//   - procs, wk: the processes the workers were spread over, and the workers
+//     of all of them.
 //   - goodput: calls that committed within their deadline and within the run,
 //     per second of run.
 //   - fail%: calls that did not commit, over all calls, broken down into
@@ -92,6 +109,9 @@
 // # Flags
 //
 //	-workers n        concurrent workers (default 32; serial always uses 1)
+//	-procs list       comma list of process counts to spread the workers over,
+//	                  each spread a column of the matrix (default 1: all in
+//	                  this process; for example 1,2,4,8)
 //	-duration d       length of one run (default 10s)
 //	-deadline d       deadline of one call (default 1s)
 //	-repeat n         runs per runner (default 3)

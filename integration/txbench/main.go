@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -24,6 +26,11 @@ var errUsage = errors.New("usage")
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	if spec := os.Getenv(childEnv); spec != "" {
+		code := childMain(ctx, spec, os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	code := mainCode(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -124,8 +131,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	fs := flag.NewFlagSet("txbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := &config{}
-	var workloads, runners, drivers string
+	var workloads, runners, drivers, procs string
 	fs.IntVar(&cfg.workers, "workers", 32, "concurrent workers (serial always uses 1)")
+	fs.StringVar(&procs, "procs", "1", "comma list of process counts to spread the workers over (1: in this process)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "length of one run")
 	fs.DurationVar(&cfg.deadline, "deadline", time.Second, "deadline of one call (context.WithTimeout)")
 	fs.IntVar(&cfg.repeat, "repeat", 3, "runs per runner, interleaved")
@@ -161,6 +169,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	if err != nil {
 		return nil, err
 	}
+	if cfg.procs, err = parseProcs(procs, cfg.workers); err != nil {
+		return nil, err
+	}
 	if cfg.workloads, err = pick("workload", workloads, allWorkloads, func(w workloadSpec) string { return w.name }); err != nil {
 		return nil, err
 	}
@@ -180,6 +191,29 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		return nil, fmt.Errorf("%w: driver %s needs $%s or -pg-dsn", errUsage, d.name, envPGDSN)
 	}
 	return cfg, nil
+}
+
+// parseProcs parses the comma list of -procs: distinct process counts in
+// 1..workers, in the list's order.
+func parseProcs(list string, workers int) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		p, err := strconv.Atoi(f)
+		if err != nil || p < 1 || p > workers {
+			return nil, fmt.Errorf("%w: -procs: %q is not a process count in 1..%d (-workers)", errUsage, f, workers)
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: no -procs selected", errUsage)
+	}
+	return out, nil
 }
 
 func names[T any](all []T, name func(T) string) []string {

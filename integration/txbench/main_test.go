@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,11 +15,19 @@ import (
 	"github.com/txretry/txretry/integration/internal/dbtest"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+// TestMain also runs the children of spread runs, which re-exec the test
+// binary.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(childMain(context.Background(), spec, os.Stdin, os.Stdout, os.Stderr))
+	}
+	dbtest.Main(m)
+}
 
 // TestBenchShortRun makes a short run of every runner on every workload and
-// driver against the test servers, and checks that every consistency check
-// passed and that the reports name every runner.
+// driver against the test servers, in this process and spread over two child
+// processes (-procs 1,2), and checks that every consistency check passed
+// and that the reports name every runner at every spread.
 func TestBenchShortRun(t *testing.T) {
 	workloads := allWorkloads
 	if testing.Short() {
@@ -27,6 +37,7 @@ func TestBenchShortRun(t *testing.T) {
 		t.Run(d.name, func(t *testing.T) {
 			cfg := &config{
 				workers:   4,
+				procs:     []int{1, 2},
 				duration:  300 * time.Millisecond,
 				deadline:  time.Second,
 				repeat:    1,
@@ -49,7 +60,8 @@ func TestBenchShortRun(t *testing.T) {
 			if err != nil {
 				t.Fatalf("runAll: %v", err)
 			}
-			if want := len(workloads) * len(allRunners); len(results) != want {
+			cells := combos(cfg)
+			if want := len(workloads) * len(cells); len(results) != want {
 				t.Fatalf("%d results, want %d", len(results), want)
 			}
 			for _, r := range results {
@@ -57,7 +69,7 @@ func TestBenchShortRun(t *testing.T) {
 					t.Errorf("%s %s: check %s", r.workload, r.runner, r.check)
 				}
 				if r.st.calls == 0 {
-					t.Errorf("%s %s: no call made", r.workload, r.runner)
+					t.Errorf("%s %s procs %d: no call made", r.workload, r.runner, r.procs)
 				}
 				// A 300 ms run of a peer policy on a loaded machine may commit
 				// nothing (cenkalti sleeps 500 ms after a conflict) or meet a
@@ -97,6 +109,16 @@ func TestBenchShortRun(t *testing.T) {
 					}
 					if !strings.Contains(tsv.String(), w.name+"\t"+d.name+"\t"+r.name+"\tmedian\t") {
 						t.Errorf("TSV has no median row for %s / %s", w.name, r.name)
+					}
+				}
+				for _, c := range cells {
+					workers := cfg.workers
+					if c.r.workers > 0 {
+						workers = c.r.workers
+					}
+					if !hasRow(table.String(), "== "+w.name+" / "+d.name, c.r.name+" ") ||
+						!strings.Contains(tsv.String(), fmt.Sprintf("%s\t%s\t%s\tmedian\t%d\t%d\t", w.name, d.name, c.r.name, workers, c.procs)) {
+						t.Errorf("no report of %s / %s procs %d", w.name, c.r.name, c.procs)
 					}
 				}
 			}

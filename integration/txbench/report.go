@@ -107,33 +107,42 @@ func fmtMSFloat(v float64) string {
 	}
 }
 
-// summary gathers the runs of one runner on one workload and driver.
+// summary gathers the runs of one runner at one spread on one workload and
+// driver.
 type summary struct {
 	workload, driver, runner string
-	workers                  int
+	workers, procs           int
 	runs                     []*runResult
 	refs                     []refRuns // per run: the runs it is compared with
 }
 
 // refRuns are the runs of the same repeat that a run is compared with: the
-// reference runner's and serial's, each nil if absent.
+// reference runner's at the same spread and serial's, each nil if absent.
 type refRuns struct{ ref, serial *runResult }
 
-// summarize groups results by workload and driver (in order of appearance)
-// and runner (in runners' order), pairing each run with the ref runner's run
-// of the same repeat.
+// summarize groups results by workload and driver (in order of appearance),
+// runner (in runners' order) and spread (ascending), pairing each run with
+// the ref runner's run of the same repeat and spread and serial's run of the
+// same repeat.
 func summarize(results []runResult, runners []string, ref string) []summary {
-	type key struct{ workload, driver, runner string }
+	type key struct {
+		workload, driver, runner string
+		procs                    int
+	}
 	type rkey struct {
 		key
 		repeat int
 	}
 	byRun := make(map[rkey]*runResult, len(results))
-	var groups []key // workload and driver only
+	serial := map[rkey]*runResult{} // serial runs in one process only; key without procs
+	var groups []key                // workload and driver only
 	seen := map[key]bool{}
 	for i := range results {
 		r := &results[i]
-		byRun[rkey{key{r.workload, r.driver, r.runner}, r.repeat}] = r
+		byRun[rkey{key{r.workload, r.driver, r.runner, r.procs}, r.repeat}] = r
+		if r.runner == "serial" {
+			serial[rkey{key{workload: r.workload, driver: r.driver}, r.repeat}] = r
+		}
 		g := key{workload: r.workload, driver: r.driver}
 		if !seen[g] {
 			seen[g] = true
@@ -143,26 +152,33 @@ func summarize(results []runResult, runners []string, ref string) []summary {
 	var out []summary
 	for _, g := range groups {
 		for _, name := range runners {
-			s := summary{workload: g.workload, driver: g.driver, runner: name}
+			var spreads []int
 			for i := range results {
 				r := &results[i]
-				if r.workload != g.workload || r.driver != g.driver || r.runner != name {
-					continue
+				if r.workload == g.workload && r.driver == g.driver && r.runner == name && !slices.Contains(spreads, r.procs) {
+					spreads = append(spreads, r.procs)
 				}
-				s.workers = r.workers
-				s.runs = append(s.runs, r)
 			}
-			if len(s.runs) == 0 {
-				continue
+			slices.Sort(spreads)
+			for _, procs := range spreads {
+				s := summary{workload: g.workload, driver: g.driver, runner: name, procs: procs}
+				for i := range results {
+					r := &results[i]
+					if r.workload != g.workload || r.driver != g.driver || r.runner != name || r.procs != procs {
+						continue
+					}
+					s.workers = r.workers
+					s.runs = append(s.runs, r)
+				}
+				slices.SortFunc(s.runs, func(a, b *runResult) int { return cmp.Compare(a.repeat, b.repeat) })
+				for _, r := range s.runs {
+					s.refs = append(s.refs, refRuns{
+						ref:    byRun[rkey{key{g.workload, g.driver, ref, procs}, r.repeat}],
+						serial: serial[rkey{key{workload: g.workload, driver: g.driver}, r.repeat}],
+					})
+				}
+				out = append(out, s)
 			}
-			slices.SortFunc(s.runs, func(a, b *runResult) int { return cmp.Compare(a.repeat, b.repeat) })
-			for _, r := range s.runs {
-				s.refs = append(s.refs, refRuns{
-					ref:    byRun[rkey{key{g.workload, g.driver, ref}, r.repeat}],
-					serial: byRun[rkey{key{g.workload, g.driver, "serial"}, r.repeat}],
-				})
-			}
-			out = append(out, s)
 		}
 	}
 	return out
@@ -283,9 +299,9 @@ func writeTable(w io.Writer, cfg *config, sums []summary, ref string) error {
 			end++
 		}
 		group := sums[start:end]
-		fmt.Fprintf(bw, "\n== %s / %s: %d workers, %s runs, %s deadline, %d repeat(s); medians, ratio = goodput / %s's in the same repeat, x serial = goodput / serial's\n",
+		fmt.Fprintf(bw, "\n== %s / %s: %d workers, %s runs, %s deadline, %d repeat(s); medians, ratio = goodput / %s's in the same repeat and procs, x serial = goodput / serial's\n",
 			group[0].workload, group[0].driver, cfg.workers, cfg.duration, cfg.deadline, cfg.repeat, ref)
-		head := []string{"runner", "wk"}
+		head := []string{"runner", "procs", "wk"}
 		for _, m := range tableMetrics {
 			head = append(head, m.head)
 			if m.col == "goodput_tps" {
@@ -297,7 +313,7 @@ func writeTable(w io.Writer, cfg *config, sums []summary, ref string) error {
 		var notes []string
 		for i := range group {
 			s := &group[i]
-			row := []string{s.runner, strconv.Itoa(s.workers)}
+			row := []string{s.runner, strconv.Itoa(s.procs), strconv.Itoa(s.workers)}
 			for _, m := range tableMetrics {
 				row = append(row, m.format(s.median(m)))
 				if m.col == "goodput_tps" {
@@ -313,10 +329,10 @@ func writeTable(w io.Writer, cfg *config, sums []summary, ref string) error {
 			}
 			for _, r := range s.runs {
 				if !r.check.ok() {
-					notes = append(notes, fmt.Sprintf("%s #%d: check %s", s.runner, r.repeat, r.check))
+					notes = append(notes, fmt.Sprintf("%s procs %d #%d: check %s", s.runner, s.procs, r.repeat, r.check))
 				}
 				if r.st.otherSample != "" {
-					notes = append(notes, fmt.Sprintf("%s #%d: %d other errors, e.g. %s", s.runner, r.repeat, r.st.other, r.st.otherSample))
+					notes = append(notes, fmt.Sprintf("%s procs %d #%d: %d other errors, e.g. %s", s.runner, s.procs, r.repeat, r.st.other, r.st.otherSample))
 				}
 			}
 		}
@@ -370,7 +386,7 @@ func alignRows(rows [][]string, left, trailing int) []string {
 // tsvRows returns the TSV report: a header, one row per run, then one row per
 // summary with repeat "median".
 func tsvRows(sums []summary) [][]string {
-	head := []string{"workload", "driver", "runner", "repeat", "workers", "duration_s", "deadline_ms"}
+	head := []string{"workload", "driver", "runner", "repeat", "workers", "procs", "duration_s", "deadline_ms"}
 	for _, m := range metrics {
 		head = append(head, m.col)
 	}
@@ -378,7 +394,7 @@ func tsvRows(sums []summary) [][]string {
 	rows := [][]string{head}
 	for _, s := range sums {
 		for i, r := range s.runs {
-			row := []string{r.workload, r.driver, r.runner, strconv.Itoa(r.repeat), strconv.Itoa(r.workers),
+			row := []string{r.workload, r.driver, r.runner, strconv.Itoa(r.repeat), strconv.Itoa(r.workers), strconv.Itoa(r.procs),
 				strconv.FormatFloat(r.duration.Seconds(), 'f', -1, 64), strconv.FormatInt(r.deadline.Milliseconds(), 10)}
 			for _, m := range metrics {
 				row = append(row, m.format(m.get(r, s.refs[i])))
@@ -389,7 +405,7 @@ func tsvRows(sums []summary) [][]string {
 	}
 	for _, s := range sums {
 		r0 := s.runs[0]
-		row := []string{s.workload, s.driver, s.runner, "median", strconv.Itoa(s.workers),
+		row := []string{s.workload, s.driver, s.runner, "median", strconv.Itoa(s.workers), strconv.Itoa(s.procs),
 			strconv.FormatFloat(r0.duration.Seconds(), 'f', -1, 64), strconv.FormatInt(r0.deadline.Milliseconds(), 10)}
 		for _, m := range metrics {
 			row = append(row, m.format(s.median(m)))

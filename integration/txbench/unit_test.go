@@ -240,7 +240,7 @@ func TestAlignRows(t *testing.T) {
 // fakeRun returns a result with the given goodput over a 10 s run.
 func fakeRun(runner string, repeat int, committed int64, codes map[string]int64) runResult {
 	return runResult{
-		workload: "hot", driver: "pgx", runner: runner, repeat: repeat, workers: 32,
+		workload: "hot", driver: "pgx", runner: runner, repeat: repeat, workers: 32, procs: 1,
 		duration: 10 * time.Second, deadline: time.Second,
 		st: stats{calls: committed + 10, inDeadline: committed, commits: committed, exhausted: 10,
 			attempts: 2 * committed, codes: codes},
