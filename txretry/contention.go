@@ -105,6 +105,10 @@ type ContentionManager struct {
 	waiters []*cmWaiter            // by arrival of their calls: a retry keeps its call's place
 	arrived uint64                 // calls that have asked for admission
 	keys    map[string][]*cmWaiter // held keys (WithContentionKeys) and their waiters
+	admits  uint64                 // attempts admitted
+	pace    time.Duration          // pause after a conflict with another process; 0: none lately
+	pausing int                    // callers that keep their place through such a pause
+	quiet   time.Time              // after a lone commit under pace, the next attempt waits until then
 }
 
 // cmWindow counts what happened at the current width since it was set or
@@ -157,6 +161,10 @@ const (
 	// at 32 commits and 20 ms it never did.
 	cmStallCommits = 32
 	cmStall        = 20 * time.Millisecond
+	// A pace (see paceLocked) is at least cmMinPace, and at least the
+	// average commit, and at most cmMaxPace.
+	cmMinPace = 500 * time.Microsecond
+	cmMaxPace = 100 * time.Millisecond
 )
 
 type cmWaiter struct {
@@ -164,15 +172,19 @@ type cmWaiter struct {
 	head     chan struct{} // closed when the waiter is the first in the gate's queue
 	watching bool          // head is closed
 	granted  bool
-	arrival  uint64 // of the call, numbered at its first request
-	epoch    uint64 // the manager's epoch when granted
+	arrival  uint64   // of the call, numbered at its first request
+	admitted cmTicket // filled when granted
 }
 
 // cmTicket is a call's standing with a manager: its place in the order,
-// and the width its running attempt was admitted at.
+// and how its running attempt was admitted.
 type cmTicket struct {
-	arrival uint64 // numbered at the call's first request; 0 until then
-	epoch   uint64 // the manager's epoch when the attempt was admitted
+	arrival uint64    // numbered at the call's first request; 0 until then
+	epoch   uint64    // the manager's epoch when the attempt was admitted
+	admit   uint64    // the manager's count of admissions, this one included
+	alone   bool      // no other attempt was in the gate when this one entered
+	since   time.Time // when the call started, on the clock of release's now
+	quiet   time.Time // the attempt starts no earlier than this
 }
 
 // DefaultContentionWidth is the maximum width of a ContentionManager made by
@@ -222,11 +234,19 @@ func (m *ContentionManager) admitLocked(t *cmTicket) bool {
 		m.width, m.max = 1, DefaultContentionWidth
 	}
 	if len(m.waiters) == 0 && float64(m.inUse) < m.width {
-		m.inUse++
-		t.epoch = m.epoch
+		m.enterLocked(t)
 		return true
 	}
 	return false
+}
+
+// enterLocked takes a place in the gate for t's attempt.
+func (m *ContentionManager) enterLocked(t *cmTicket) {
+	t.alone = m.inUse == 0
+	m.inUse++
+	m.admits++
+	t.epoch, t.admit = m.epoch, m.admits
+	t.quiet = m.quiet
 }
 
 // arrival numbers a call at its first request for admission; *n is 0 until
@@ -268,7 +288,7 @@ func (m *ContentionManager) acquire(ctx context.Context, t *cmTicket, clock Cloc
 		select {
 		case <-w.ready:
 			stopTimer(stall)
-			t.epoch = w.epoch
+			t.epoch, t.admit, t.alone = w.admitted.epoch, w.admitted.admit, w.admitted.alone
 			return nil
 		case <-ctx.Done():
 			stopTimer(stall)
@@ -341,8 +361,8 @@ func (m *ContentionManager) watchHeadLocked() {
 // slow start the width doubles; after it, the widening is a probe, undone
 // as the other widenings are (see the type's documentation).
 func (m *ContentionManager) stalledLocked(now time.Time) {
-	if len(m.waiters) == 0 || m.width >= m.max {
-		return
+	if len(m.waiters) == 0 || m.width >= m.max || m.pausing > 0 {
+		return // a pause keeps the gate still on purpose
 	}
 	if m.opened && !m.probing {
 		m.from, m.probing = m.width, true
@@ -353,9 +373,13 @@ func (m *ContentionManager) stalledLocked(now time.Time) {
 }
 
 // giveBack leaves the gate without an attempt: the place passes on, and
-// nothing is learnt about contention.
-func (m *ContentionManager) giveBack() {
+// nothing is learnt about contention. paused says the caller kept its place
+// through a pause that release returned.
+func (m *ContentionManager) giveBack(paused bool) {
 	m.mu.Lock()
+	if paused {
+		m.pausing--
+	}
 	m.inUse--
 	m.grantLocked()
 	m.mu.Unlock()
@@ -363,11 +387,22 @@ func (m *ContentionManager) giveBack() {
 
 // release leaves the gate; conflict says the attempt failed with a
 // retryable error, d is how long the attempt took, t is the attempt's
-// admission.
-func (m *ContentionManager) release(t *cmTicket, conflict bool, d time.Duration, now time.Time) {
+// admission, rnd (nil: none) jitters the pause. When pace is set and the
+// conflict came from another process (see paceLocked), it returns a pause: the caller
+// keeps its place in the gate, waits that long, and then either starts its
+// next attempt through resume or gives the place back through
+// giveBack(true).
+func (m *ContentionManager) release(t *cmTicket, conflict bool, d time.Duration, now time.Time, pace bool, rnd func() float64) (pause time.Duration) {
 	d = max(d, 0) // calls sharing a manager may use different clocks (WithClock)
 	m.mu.Lock()
-	m.inUse--
+	if pace {
+		pause = m.paceLocked(t, conflict, now, rnd)
+	}
+	if pause > 0 {
+		m.pausing++
+	} else {
+		m.inUse--
+	}
 	m.judge(conflict, now)
 	// The rate is a moving average over attempt time, not attempts: each
 	// attempt weighs as many average commits as it lasted, so that it
@@ -446,7 +481,62 @@ func (m *ContentionManager) release(t *cmTicket, conflict bool, d time.Duration,
 	}
 	m.grantLocked()
 	m.mu.Unlock()
+	return pause
 }
+
+// resume starts the next attempt of a caller that kept its place through
+// a pause.
+func (m *ContentionManager) resume(t *cmTicket) {
+	m.mu.Lock()
+	m.pausing--
+	m.inUse--
+	m.enterLocked(t)
+	m.mu.Unlock()
+}
+
+// paceLocked learns from an attempt that no other attempt of this gate
+// overlapped (it entered an empty gate, and none entered after it): a
+// conflict there came from outside, typically from another process of the
+// same service, whose own gate this one cannot see. Such conflicts grow the
+// pace, lone commits shrink it, and a lone conflict returns a pause of up
+// to the pace, during which the caller keeps its place, so that the whole
+// process steps back from the contended data for a while, as a backoff
+// would, while its callers stay in arrival order.
+func (m *ContentionManager) paceLocked(t *cmTicket, conflict bool, now time.Time, rnd func() float64) time.Duration {
+	if !t.alone || t.admit != m.admits {
+		return 0
+	}
+	if !conflict {
+		if paceCourtesy && m.pace > 0 {
+			g := m.pace
+			if rnd != nil {
+				g = time.Duration(float64(g) * rnd())
+			}
+			m.quiet = now.Add(g)
+		}
+		m.pace = time.Duration(float64(m.pace) * paceShrink)
+		if m.pace < cmMinPace {
+			m.pace = 0
+		}
+		return 0
+	}
+	m.pace = min(max(2*m.pace, m.avg, cmMinPace), cmMaxPace)
+	p := m.pace
+	if rnd != nil {
+		p = time.Duration(float64(p) * (paceJitterBase + (1-paceJitterBase)*rnd()))
+	}
+	if pacePatience > 0 && !t.since.IsZero() {
+		p = time.Duration(float64(p) * max(0, 1-float64(now.Sub(t.since))/float64(pacePatience)))
+	}
+	return max(p, 1)
+}
+
+var (
+	paceShrink     = 0.5
+	paceJitterBase = 0.0
+	pacePatience   = time.Duration(0)
+	paceCourtesy   = false
+)
 
 // undo returns to the width before the last widening, which conflicts
 // pushed over the share or the judge rejected: the next widening to this
@@ -543,8 +633,7 @@ func (m *ContentionManager) grantLocked() {
 		m.waiters[0] = nil
 		m.waiters = m.waiters[1:]
 		w.granted = true
-		w.epoch = m.epoch
-		m.inUse++
+		m.enterLocked(&w.admitted)
 		close(w.ready)
 	}
 	m.watchHeadLocked()

@@ -39,7 +39,9 @@ func (s *cmSim) run(n int, conflict bool, d time.Duration) {
 			s.t.Fatal("the gate is closed to a lone caller")
 		}
 		s.now = s.now.Add(d)
-		s.m.release(&ticket, conflict, d, s.now)
+		if s.m.release(&ticket, conflict, d, s.now, true, nil) > 0 {
+			s.m.giveBack(true) // a lone conflict's pause: the next attempt asks again
+		}
 	}
 }
 
@@ -271,7 +273,7 @@ func TestContentionManagerNarrowsOncePerGeneration(t *testing.T) {
 			}
 			for i := range inFlight {
 				s.now = s.now.Add(tc.d)
-				s.m.release(&inFlight[i], true, tc.d, s.now)
+				s.m.release(&inFlight[i], true, tc.d, s.now, true, nil)
 			}
 			s.wantWidth("after eight conflicts of one generation", tc.afterGen)
 			s.run(1, true, tc.d) // admitted after the narrowing
@@ -294,7 +296,9 @@ func TestContentionManagerWideningKeepsTheGeneration(t *testing.T) {
 	s.untilWidthChanges(0) // the other slot's attempts widen the gate
 	s.wantWidth("widened while a was running", 4)
 	s.now = s.now.Add(time.Second)
-	s.m.release(&a, true, time.Second, s.now)
+	if s.m.release(&a, true, time.Second, s.now, true, nil) > 0 {
+		t.Fatal("a's conflict overlapped other attempts, but it was paused as a lone one")
+	}
 	s.wantWidth("after a's expensive conflict", 2)
 }
 

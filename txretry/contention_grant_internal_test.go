@@ -58,14 +58,15 @@ func TestAdmittedWhileGivingUpPassesThePlaceOn(t *testing.T) {
 // A retry keeps its call's place: it is admitted before calls that arrived
 // after its own, however long they have waited.
 func TestRetryKeepsItsCallsPlace(t *testing.T) {
-	m, err := NewContentionManager(1)
+	m, err := NewContentionManager(2)
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.width, m.opened = 2, true
 	now := time.Now()
-	var a, b, c cmTicket
-	if !m.tryAcquire(&a) { // call A holds the gate
-		t.Fatal("an open gate refused the first call")
+	var a, x, b, c cmTicket
+	if !m.tryAcquire(&a) || !m.tryAcquire(&x) { // calls A and X hold the gate
+		t.Fatal("an open gate refused the first calls")
 	}
 	admitted := make(chan string, 3)
 	queue := func(name string, ticket *cmTicket) {
@@ -82,20 +83,23 @@ func TestRetryKeepsItsCallsPlace(t *testing.T) {
 	}
 	queue("B", &b)
 	queue("C", &c)
-	m.release(&a, true, time.Millisecond, now) // A conflicts: B's turn
+	if m.release(&a, true, time.Millisecond, now, true, nil) > 0 { // A conflicts beside X: B's turn
+		t.Fatal("A's conflict overlapped X's attempt, but A was paused as if it ran alone")
+	}
 	if got := <-admitted; got != "B" {
 		t.Fatalf("%s admitted, want B", got)
 	}
 	queue("A", &a) // A's retry
-	m.release(&b, false, time.Millisecond, now)
+	m.release(&b, false, time.Millisecond, now, true, nil)
 	if got := <-admitted; got != "A" {
 		t.Fatalf("%s admitted after B, want A's retry before C, which arrived later", got)
 	}
-	m.release(&a, false, time.Millisecond, now)
+	m.release(&a, false, time.Millisecond, now, true, nil)
 	if got := <-admitted; got != "C" {
 		t.Fatalf("%s admitted, want C", got)
 	}
-	m.release(&c, false, time.Millisecond, now)
+	m.release(&c, false, time.Millisecond, now, true, nil)
+	m.release(&x, false, time.Millisecond, now, true, nil)
 }
 
 // handClock's timers fire when the test says so; its time stands still.
@@ -175,7 +179,7 @@ func TestGateWidensWhenItStalls(t *testing.T) {
 	}
 	cTimer := watcher("c")
 	// b conflicts: slow start ends, the width halves, and c still queues.
-	m.release(&b, true, time.Millisecond, clock.now)
+	m.release(&b, true, time.Millisecond, clock.now, true, nil)
 	cTimer <- clock.now // b left during c's step: no stall
 	cTimer = watcher("c")
 	if m.Width() != 1 || m.Queued() != 1 {

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -45,27 +46,28 @@ func TestContentionManagerWidthAdapts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(f.clock.Waits()) != 0 {
-		t.Fatalf("waits %v: with a contention manager and the default backoff, the queue spaces retries", f.clock.Waits())
-	}
 }
 
+// With the default per-handle manager, a conflict among the handle's own
+// attempts is spaced by its gate, not by the backoff; a conflict of an
+// attempt that ran alone came from elsewhere (another process), and pauses
+// the call in its place, doubling from 500 µs while such conflicts last.
 func TestContentionManagerIsOnByDefaultPerHandle(t *testing.T) {
-	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(2, errSerialization)})
+	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(3, errSerialization)})
 	var calls atomic.Int32
-	if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock)); err != nil {
+	if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock), txretry.WithRand(func() float64 { return 1 })); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.clock.Waits()) != 0 {
-		t.Fatalf("waits %v: the default per-handle manager replaces the backoff", f.clock.Waits())
+	if got, want := f.clock.Waits(), []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond}; !slices.Equal(got, want) {
+		t.Fatalf("waits %v, want the manager's pauses %v, not the backoff", got, want)
 	}
 	// Turning it off brings the backoff back.
 	g := newFixture(t, &fakedb.Driver{OnExec: failFirst(2, errSerialization)})
-	if err := txretry.RunInTx(context.Background(), g.db, execFn(&calls), txretry.WithClock(g.clock), txretry.WithoutContentionManager()); err != nil {
+	if err := txretry.RunInTx(context.Background(), g.db, execFn(&calls), txretry.WithClock(g.clock), txretry.WithoutContentionManager(), txretry.WithRand(func() float64 { return 1 })); err != nil {
 		t.Fatal(err)
 	}
-	if len(g.clock.Waits()) != 2 {
-		t.Fatalf("waits %v, want 2 backoff waits without a manager", g.clock.Waits())
+	if got, want := g.clock.Waits(), []time.Duration{2 * time.Millisecond, 4 * time.Millisecond}; !slices.Equal(got, want) {
+		t.Fatalf("waits %v, want the default backoff's %v without a manager", got, want)
 	}
 }
 

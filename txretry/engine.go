@@ -134,6 +134,8 @@ type runner struct {
 	waited time.Duration
 	queued time.Duration // waiting for the contention manager's admission
 	ticket cmTicket      // the call's place in the contention manager's order, and its attempt's admission
+	pause  time.Duration // the manager asked for this pause before the next attempt (see release)
+	kept   bool          // the call keeps its place in the manager's gate through the pause
 	fnCtx  attemptCtx    // the context handed to fn in the first attempt
 }
 
@@ -173,8 +175,9 @@ type result struct {
 func (r *runner) run(ctx context.Context) (err error) {
 	cfg := r.cfg
 	observed := len(cfg.observers) > 0
-	if observed || cfg.budget > 0 {
+	if observed || cfg.budget > 0 || r.cm != nil {
 		r.start = cfg.clock.Now()
+		r.ticket.since = r.start
 	}
 	deadline, reason := r.deadline(ctx)
 	// Attempts are timed for the contention manager, for the deadline
@@ -198,6 +201,11 @@ func (r *runner) run(ctx context.Context) (err error) {
 				Duration: cfg.clock.Now().Sub(r.start), Waited: r.waited, Queued: r.queued})
 		}()
 	}
+	defer func() {
+		if r.kept { // gave up during a pause
+			r.cm.giveBack(true)
+		}
+	}()
 	for attempt = 1; ; attempt++ {
 		if cerr := ctx.Err(); cerr != nil {
 			outcome = Cancelled
@@ -208,7 +216,11 @@ func (r *runner) run(ctx context.Context) (err error) {
 			return &RetryError{Attempts: attempt, Reason: "context", Cause: cerr, Err: last}
 		}
 		var queued time.Duration
-		if r.cm != nil {
+		if r.kept {
+			// The call kept its place through the pause.
+			r.cm.resume(&r.ticket)
+			r.kept = false
+		} else if r.cm != nil {
 			var q0 time.Time
 			if observed {
 				q0 = cfg.clock.Now()
@@ -285,6 +297,14 @@ func (r *runner) run(ctx context.Context) (err error) {
 			// A contention manager's gate spaces retries out by itself;
 			// keys do not: a conflict despite them came from elsewhere.
 			delay = max(cfg.backoff.Delay(attempt, cfg.rand()), 0)
+		}
+		if r.kept {
+			// The manager saw a conflict with another process: the call
+			// pauses in its place, for at most half the time left.
+			if !deadline.IsZero() {
+				r.pause = min(r.pause, max(deadline.Sub(cfg.clock.Now())-minDur, 0)/2)
+			}
+			delay = max(delay, r.pause)
 		}
 		if !deadline.IsZero() && cfg.clock.Now().Add(delay+minDur).After(deadline) {
 			outcome = Exhausted
@@ -367,7 +387,9 @@ func (r *runner) leave(conflict bool, d time.Duration, now time.Time) {
 		r.cm.unlockKeys(r.cfg.keys)
 		return
 	}
-	r.cm.release(&r.ticket, conflict, d, now)
+	// An explicit backoff spaces the retries itself.
+	r.pause = r.cm.release(&r.ticket, conflict, d, now, !r.cfg.backoffSet, r.cfg.rand)
+	r.kept = r.pause > 0
 }
 
 // giveBack gives back what admit took, for an attempt that does not run.
@@ -376,7 +398,7 @@ func (r *runner) giveBack() {
 		r.cm.unlockKeys(r.cfg.keys)
 		return
 	}
-	r.cm.giveBack()
+	r.cm.giveBack(false)
 }
 
 // wait sleeps d on the configured clock, or until ctx ends.

@@ -1,0 +1,263 @@
+package txretry
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// replicaSim drives several independent managers, as the replicas of one
+// service have, against one simulated hot row, on a simulated clock. Each
+// replica runs workers that call in a closed loop; each call retries, as
+// the engine does with the default options, until it commits or its
+// deadline passes. The row behaves as a SERIALIZABLE read-then-write does:
+// an attempt fails if another committed while it ran.
+type replicaSim struct {
+	rnd        *rand.Rand
+	now        time.Duration
+	seq        int
+	events     simEvents
+	lastCommit time.Duration
+	inFlight   int
+	base       time.Duration // an attempt lasts 0.8-1.2 x base
+	deadline   time.Duration
+	stats      simStats
+}
+
+type simStats struct {
+	commits, failed, attempts int
+	latencies                 []time.Duration
+	perReplica                []int // commits
+}
+
+type simReplica struct {
+	id    int
+	m     *ContentionManager
+	queue []*simCall // waiting for admission, by arrival
+}
+
+type simCall struct {
+	r          *simReplica
+	start, end time.Duration // end is the deadline
+	ticket     cmTicket
+	attempts   int
+	minDur     time.Duration
+	queued     bool
+	done       bool
+}
+
+type simEvent struct {
+	at  time.Duration
+	seq int
+	fn  func()
+}
+
+type simEvents []simEvent
+
+func (e simEvents) Len() int { return len(e) }
+func (e simEvents) Less(i, j int) bool {
+	return e[i].at < e[j].at || e[i].at == e[j].at && e[i].seq < e[j].seq
+}
+func (e simEvents) Swap(i, j int) { e[i], e[j] = e[j], e[i] }
+func (e *simEvents) Push(x any)   { *e = append(*e, x.(simEvent)) }
+func (e *simEvents) Pop() any {
+	old := *e
+	x := old[len(old)-1]
+	*e = old[:len(old)-1]
+	return x
+}
+
+var simEpoch = time.Unix(1_700_000_000, 0)
+
+var (
+	simCost        = 0.0 // each other attempt in flight slows an attempt by this share
+	simMaxAttempts = DefaultMaxAttempts
+)
+
+func (s *replicaSim) at(d time.Duration, fn func()) {
+	s.seq++
+	heap.Push(&s.events, simEvent{at: s.now + d, seq: s.seq, fn: fn})
+}
+
+func (s *replicaSim) clock() time.Time { return simEpoch.Add(s.now) }
+
+// runReplicaSim runs replicas x workers callers for span and returns what
+// happened.
+func runReplicaSim(seed uint64, replicas, workers int, span time.Duration) simStats {
+	s := &replicaSim{rnd: rand.New(rand.NewPCG(seed, 1)), base: time.Millisecond, deadline: time.Second}
+	s.stats.perReplica = make([]int, replicas)
+	for i := range replicas {
+		m, _ := NewContentionManager(0)
+		r := &simReplica{id: i, m: m}
+		for range workers {
+			s.at(time.Duration(s.rnd.Int64N(int64(s.base))), func() { s.begin(r) })
+		}
+	}
+	for len(s.events) > 0 {
+		e := heap.Pop(&s.events).(simEvent)
+		if e.at > span {
+			break
+		}
+		s.now = e.at
+		e.fn()
+	}
+	return s.stats
+}
+
+func (s *replicaSim) begin(r *simReplica) {
+	c := &simCall{r: r, start: s.now, end: s.now + s.deadline}
+	c.ticket.since = s.clock()
+	s.at(s.deadline, func() { // the deadline passes while the call queues
+		if c.queued {
+			r.queue = slices.DeleteFunc(r.queue, func(x *simCall) bool { return x == c })
+			c.queued = false
+			s.finish(c, false)
+		}
+	})
+	s.ask(c)
+}
+
+// ask waits for admission, as runner.admit does.
+func (s *replicaSim) ask(c *simCall) {
+	if c.r.m.tryAcquire(&c.ticket) {
+		s.admitted(c)
+		return
+	}
+	i := len(c.r.queue)
+	for i > 0 && c.r.queue[i-1].ticket.arrival > c.ticket.arrival {
+		i--
+	}
+	c.r.queue = slices.Insert(c.r.queue, i, c)
+	c.queued = true
+}
+
+// pump admits the queued calls the gate has room for.
+func (s *replicaSim) pump(r *simReplica) {
+	for len(r.queue) > 0 && r.m.tryAcquire(&r.queue[0].ticket) {
+		c := r.queue[0]
+		r.queue = r.queue[1:]
+		c.queued = false
+		s.admitted(c)
+	}
+}
+
+func (s *replicaSim) admitted(c *simCall) {
+	if c.attempts > 0 && s.now+c.minDur > c.end {
+		c.r.m.giveBack(false)
+		s.pump(c.r)
+		s.finish(c, false)
+		return
+	}
+	s.attempt(c)
+}
+
+func (s *replicaSim) attempt(c *simCall) {
+	if q := c.ticket.quiet.Sub(simEpoch); q > s.now {
+		c.ticket.quiet = time.Time{}
+		s.at(q-s.now, func() { s.attempt(c) })
+		return
+	}
+	c.attempts++
+	s.inFlight++
+	s.stats.attempts++
+	begun := s.now
+	d := time.Duration(float64(s.base) * (0.8 + 0.4*s.rnd.Float64()) * (1 + simCost*float64(s.inFlight-1)))
+	s.at(d, func() { s.ended(c, begun, d) })
+}
+
+func (s *replicaSim) ended(c *simCall, begun, d time.Duration) {
+	s.inFlight--
+	conflict := s.lastCommit > begun || s.now > c.end
+	if !conflict {
+		s.lastCommit = s.now
+	}
+	pause := c.r.m.release(&c.ticket, conflict, d, s.clock(), true, s.rnd.Float64)
+	if !conflict {
+		s.pump(c.r)
+		s.finish(c, true)
+		return
+	}
+	if c.minDur == 0 || d < c.minDur {
+		c.minDur = d
+	}
+	if c.attempts >= simMaxAttempts {
+		if pause > 0 {
+			c.r.m.giveBack(true)
+		}
+		s.pump(c.r)
+		s.finish(c, false)
+		return
+	}
+	if pause == 0 {
+		s.pump(c.r)
+		if s.now+c.minDur > c.end {
+			s.finish(c, false)
+			return
+		}
+		s.ask(c)
+		return
+	}
+	pause = min(pause, max(c.end-s.now-c.minDur, 0)/2)
+	if s.now+pause+c.minDur > c.end {
+		c.r.m.giveBack(true)
+		s.pump(c.r)
+		s.finish(c, false)
+		return
+	}
+	s.at(pause, func() {
+		c.r.m.resume(&c.ticket)
+		s.admitted(c)
+	})
+}
+
+func (s *replicaSim) finish(c *simCall, committed bool) {
+	if c.done {
+		panic("call finished twice")
+	}
+	c.done = true
+	s.stats.latencies = append(s.stats.latencies, s.now-c.start)
+	if committed {
+		s.stats.commits++
+		s.stats.perReplica[c.r.id]++
+	} else {
+		s.stats.failed++
+	}
+	s.begin(c.r)
+}
+
+func (st simStats) quantile(q float64) time.Duration {
+	l := slices.Clone(st.latencies)
+	slices.Sort(l)
+	if len(l) == 0 {
+		return 0
+	}
+	return l[min(len(l)-1, int(q*float64(len(l))))]
+}
+
+func (st simStats) String() string {
+	calls := st.commits + st.failed
+	return fmt.Sprintf("goodput %.2fx serial, failed %.2f%%, %.2f attempts/commit, p50 %v, p99 %v, max %v, per replica %v",
+		float64(st.commits)/3000, 100*float64(st.failed)/float64(max(calls, 1)),
+		float64(st.attempts)/float64(max(st.commits, 1)), st.quantile(0.5), st.quantile(0.99), st.quantile(1), st.perReplica)
+}
+
+func TestContentionReplicasSim(t *testing.T) {
+	s0, j0, p0, c0, cost0 := paceShrink, paceJitterBase, pacePatience, paceCourtesy, simCost
+	t.Cleanup(func() { paceShrink, paceJitterBase, pacePatience, paceCourtesy, simCost = s0, j0, p0, c0, cost0 })
+	simCost = 0.2
+	for _, v := range []struct {
+		shrink, jit float64
+		pat         time.Duration
+		court       bool
+	}{{0.5, 0, 0, false}, {0.5, 0, 100 * time.Millisecond, false}, {0.8, 0, 0, true}, {0.5, 0, 0, true}, {0.9, 0, 0, true}, {0.8, 0.5, 0, true}, {0.8, 0, 300 * time.Millisecond, true}} {
+		paceShrink, paceJitterBase, pacePatience, paceCourtesy = v.shrink, v.jit, v.pat, v.court
+		t.Logf("shrink %v jitter base %v patience %v courtesy %v", v.shrink, v.jit, v.pat, v.court)
+		for _, p := range []int{1, 2, 4, 8} {
+			st := runReplicaSim(1, p, 32/p, 3*time.Second)
+			t.Logf("%d x %d: %v", p, 32/p, st)
+		}
+	}
+}
