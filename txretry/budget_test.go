@@ -81,7 +81,7 @@ func TestRetryBudgetBoundsAStorm(t *testing.T) {
 	if byBudget < calls/2 {
 		t.Fatalf("only %d of %d calls stopped by the budget", byBudget, calls)
 	}
-	// Without the budget the same storm makes 10 attempts a call.
+	// Without the budget the same storm makes DefaultMaxAttempts attempts a call.
 	attempts.Store(0)
 	var n atomic.Int32
 	_ = txretry.RunInTx(context.Background(), f.db, execFn(&n), f.opts()...)
