@@ -181,3 +181,33 @@ func TestCommitMarkerVerifier(t *testing.T) {
 		})
 	}
 }
+
+// A read-only transaction writes no marker (PostgreSQL rejects the INSERT
+// with 25006, MySQL with 1792, as the fake driver does here); after an
+// uncertain commit it is re-run, since it wrote nothing.
+func TestCommitMarkerSkipsReadOnlyTransactions(t *testing.T) {
+	readOnlyWrite := &fakedb.SQLStateError{Code: "25006", Message: "cannot execute INSERT in a read-only transaction"}
+	var inserts atomic.Int32
+	f := newFixture(t, &fakedb.Driver{
+		OnCommit: lostFirstCommit,
+		OnExec: func(_ context.Context, _ int, query string, _ []driver.NamedValue) error {
+			if strings.HasPrefix(query, "INSERT INTO app.markers ") {
+				inserts.Add(1)
+				return readOnlyWrite
+			}
+			return nil
+		},
+	})
+	var calls atomic.Int32
+	err := txretry.RunInTx(context.Background(), f.db, execFn(&calls),
+		f.opts(txretry.WithReadOnly(), txretry.WithCommitMarker("app.markers"))...)
+	if err != nil {
+		t.Fatalf("read-only call with a commit marker: %v", err)
+	}
+	if n := inserts.Load(); n != 0 {
+		t.Fatalf("%d marker INSERTs in a read-only transaction, want none", n)
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("fn ran %d times, want 2: the lost commit of a read-only transaction is re-run", calls.Load())
+	}
+}

@@ -154,22 +154,30 @@ func (xactStatusVerifier) verify(ctx context.Context, begin beginFunc, xid strin
 // an identifier, optionally qualified by a schema (letters, digits and
 // underscores, not starting with a digit); anything else makes the call
 // return ErrInvalidOption. Markers accumulate: delete old ones with the
-// statement from PurgeCommitMarkersSQL. Default: off.
+// statement from PurgeCommitMarkersSQL. A read-only transaction (WithReadOnly)
+// writes no marker, which the database would reject: it has nothing to
+// verify, and after an uncertain commit it is simply re-run. Default: off.
 func WithCommitMarker(table string) Option {
 	return func(c *config) {
 		if err := validIdentifier(table); err != nil {
 			c.fail("WithCommitMarker(%q): %v", table, err)
 			return
 		}
-		c.verifier = markerVerifier{table: table}
+		c.verifier = markerVerifier{table: table, readOnly: &c.txOpts.ReadOnly}
 	}
 }
 
-type markerVerifier struct{ table string }
+type markerVerifier struct {
+	table    string
+	readOnly *bool
+}
 
 func (markerVerifier) name() string { return "commit-marker" }
 
 func (v markerVerifier) prepare(ctx context.Context, tx core.Tx) (string, error) {
+	if *v.readOnly {
+		return "", nil
+	}
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	token := hex.EncodeToString(b[:])
@@ -181,6 +189,9 @@ func (v markerVerifier) insert(token string) string {
 }
 
 func (v markerVerifier) verify(ctx context.Context, begin beginFunc, token string) (bool, error) {
+	if token == "" {
+		return false, nil // read-only: nothing was written, re-running is harmless
+	}
 	tx, err := begin(ctx, core.TxOptions{})
 	if err != nil {
 		return false, err
