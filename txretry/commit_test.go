@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/internal/fakedb"
 )
@@ -31,6 +33,42 @@ func TestInterruptedCommitIsUncertain(t *testing.T) {
 			}
 			if calls.Load() != 1 {
 				t.Fatalf("fn ran %d times, want 1", calls.Load())
+			}
+		})
+	}
+}
+
+// TestMySQLCommitErrors: a MySQL/MariaDB error at COMMIT proves a rollback
+// only where the server documents one (a deadlock or certification failure,
+// Group Replication's rollback, a read-only server, TiDB's conflicts):
+// those are not uncertain, and a retryable one runs fn again. A killed
+// connection or query, a shutdown or a storage engine error during COMMIT
+// can follow a COMMIT that was applied: uncertain, fn not run again.
+func TestMySQLCommitErrors(t *testing.T) {
+	for _, tc := range []struct {
+		number    uint16
+		uncertain bool
+	}{
+		{1213, false}, {3101, false}, {1205, false}, {1047, false}, {1290, false}, {1792, false},
+		{9007, false}, {8002, false}, {8005, false}, {8022, false},
+		{1053, true}, {1317, true}, {1927, true}, {1180, true}, {1105, true},
+	} {
+		t.Run(fmt.Sprint(tc.number), func(t *testing.T) {
+			cerr := &mysql.MySQLError{Number: tc.number, Message: "at commit"}
+			f := newFixture(t, &fakedb.Driver{OnCommit: func(n int) error {
+				if n == 1 {
+					return cerr
+				}
+				return nil
+			}})
+			var calls atomic.Int32
+			err := txretry.RunInTx(context.Background(), f.db, execFn(&calls),
+				f.opts(txretry.WithRetryOn(func(error) bool { return true }))...)
+			if got := errors.Is(err, txretry.ErrCommitUncertain); got != tc.uncertain {
+				t.Fatalf("err = %v, uncertain %v, want %v", err, got, tc.uncertain)
+			}
+			if want := map[bool]int32{true: 1, false: 2}[tc.uncertain]; calls.Load() != want {
+				t.Fatalf("fn ran %d times, want %d", calls.Load(), want)
 			}
 		})
 	}

@@ -568,9 +568,8 @@ func notCommitted(err error, adapterSays func(error) bool) bool {
 	if code := pgerr.SQLState(err); code != "" {
 		return !uncertainSQLState(code)
 	}
-	if _, ok := mysqlerr.Number(err); ok {
-		// The server answered COMMIT with an error: it did not commit.
-		return true
+	if n, ok := mysqlerr.Number(err); ok {
+		return rolledBackAtCommit(n)
 	}
 	return walk(err, func(e error) bool { return e.Error() == pgxCommitRollbackMsg })
 }
@@ -580,6 +579,25 @@ func notCommitted(err error, adapterSays func(error) bool) bool {
 // by text so that the database/sql path does not import pgx; a test pins it
 // to the real value.
 const pgxCommitRollbackMsg = "commit unexpectedly resulted in rollback"
+
+// rolledBackAtCommit reports the MySQL/MariaDB/TiDB error numbers whose
+// documentation says the transaction was rolled back or not applied when
+// COMMIT returns them: a deadlock or a certification failure (1213), Group
+// Replication's rollback (3101), a lock wait timeout (1205), a Galera node
+// not ready to take the command (1047), a read-only server (1290, 1792),
+// and TiDB's commit conflicts (8002, 8005, 8022, 9007). Every other error
+// is uncertain: a killed connection or query (1927, 1317), a shutdown (1053)
+// or a storage engine error during COMMIT (1180) can follow a COMMIT that
+// was applied.
+func rolledBackAtCommit(n uint16) bool {
+	switch n {
+	case mysqlerr.LockDeadlock, mysqlerr.GroupReplicationRollback, mysqlerr.LockWaitTimeout,
+		mysqlerr.UnknownComError, 1290, 1792, // ER_OPTION_PREVENTS_STATEMENT (read_only), ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+		mysqlerr.TiDBForUpdateCantRetry, mysqlerr.TiDBWriteConflictInTiDB, mysqlerr.TiDBTxnRetryable, mysqlerr.TiDBWriteConflict:
+		return true
+	}
+	return false
+}
 
 // uncertainSQLState reports server-reported codes at COMMIT that leave the
 // outcome unknown: the server says so (40003, 08007), a connection exception
