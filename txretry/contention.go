@@ -66,7 +66,15 @@ import (
 // predicate locks fail about 10% of 32 concurrent transfers among 10,000
 // accounts), it settles at a width that keeps conflicts under the share,
 // which has committed 0.89-1.00x the goodput of no gate on the
-// development machine (see the README).
+// development machine (see contention.md).
+//
+// A gate sees only its own process. A conflict of an attempt that ran
+// alone in the gate came from elsewhere, usually another replica of the
+// same service: such conflicts pace the gate (the caller pauses in its
+// place, for up to 500 µs doubling while they last, at most 100 ms,
+// halving on lone commits, and less as the call ages, not at all once it
+// is 300 ms old), so that several processes on one hot row take turns
+// instead of keeping one attempt each on it. See contention.md.
 //
 // A caller waits for admission before BEGIN and leaves the gate after COMMIT
 // or ROLLBACK: it never waits while holding a transaction, so the gate
@@ -118,7 +126,7 @@ type cmWindow struct {
 	conflicts int
 }
 
-// The manager's tuning, chosen with txbench (see the README).
+// The manager's tuning, chosen with txbench (see contention.md).
 const (
 	// cmStreak conflict-free attempts per unit of width widen the gate.
 	cmStreak = 16
