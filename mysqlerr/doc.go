@@ -85,8 +85,8 @@
 //	Engine                   Retried by default       Opt-in                        Uncertain at COMMIT
 //	MySQL (InnoDB)           1213                     1205                          a lost connection
 //	MariaDB                  1213                     1205, 1020                    a lost connection
-//	MariaDB Galera           1213 (certification)     none                          a lost connection, a node dying during COMMIT
-//	MySQL Group Replication  1213 (as MySQL)          3101                          a lost connection
+//	MariaDB Galera           1213 (certification)     1205                          a lost connection, a node dying during COMMIT
+//	MySQL Group Replication  1213 (as MySQL)          1205, 3101                    a lost connection
 //	TiDB                     1213 (pessimistic mode)  9007, 8002, 8005, 8022, 8028  a lost connection
 //
 // Notes:
