@@ -74,6 +74,28 @@
 //     use": the node is not in the primary component or not synced.
 //   - 1180: "Got error %d during COMMIT"; an engine failed at COMMIT.
 //
+// # By engine
+//
+// The same numbers by engine, with what the transaction engine of
+// github.com/txretry/txretry/txretry makes of a COMMIT error that leaves
+// the outcome unknown ("uncertain": not retried blindly, verified if a
+// verifier is configured). go-sql-driver reports a connection lost during
+// COMMIT as "invalid connection", with no error number.
+//
+//	Engine                   Retried by default       Opt-in                        Uncertain at COMMIT
+//	MySQL (InnoDB)           1213                     1205                          a lost connection
+//	MariaDB                  1213                     1205, 1020                    a lost connection
+//	MariaDB Galera           1213 (certification)     1205                          a lost connection, a node dying during COMMIT
+//	MySQL Group Replication  1213 (as MySQL)          1205, 3101                    a lost connection
+//	TiDB                     1213 (pessimistic mode)  9007, 8002, 8005, 8022, 8028  a lost connection
+//
+// Notes:
+//
+//   - 1213 rolls back the whole transaction on every engine above.
+//   - Galera reports most certification failures at COMMIT; 1047 (a node
+//     outside the Primary component) is not retried.
+//   - TiDB's optimistic transactions report their conflicts at COMMIT.
+//
 // # Sources
 //
 //   - [MySQL-ERR]: MySQL Server Error Message Reference.

@@ -72,6 +72,25 @@
 //   - 08007: the connection failed while the transaction was being resolved,
 //     so its outcome is unknown.
 //
+// # By engine
+//
+// The same codes by engine, with what the transaction engine of
+// github.com/txretry/txretry/txretry makes of a COMMIT error that leaves
+// the outcome unknown ("uncertain": not retried blindly, verified if a
+// verifier is configured):
+//
+//	Engine             Retried by default  Opt-in              Uncertain at COMMIT
+//	PostgreSQL         40001, 40P01        23505, 23P01, 55P03 40003, 08007, class 08, 57P01-57P03, 57014, a lost connection
+//	CockroachDB        40001               CR000               40003 (ambiguous result), a lost connection
+//	YugabyteDB (YSQL)  40001, 40P01        none                as PostgreSQL
+//
+// Notes:
+//
+//   - PostgreSQL raises 40001 at COMMIT too, under SERIALIZABLE; the
+//     server has then rolled back, so it is retried like any other 40001.
+//   - cockroach-go's crdb retries inside a savepoint; txretry re-runs the
+//     whole transaction.
+//
 // # Sources
 //
 //   - [PG-A]: PostgreSQL manual, Appendix A "PostgreSQL Error Codes".
