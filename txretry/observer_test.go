@@ -3,8 +3,10 @@ package txretry_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -186,5 +188,54 @@ func TestQueuedTimeIsReported(t *testing.T) {
 	<-holderDone
 	if time.Duration(queued.Load()) < 20*time.Millisecond {
 		t.Fatalf("queued %v, want at least the 20ms spent behind the holder", time.Duration(queued.Load()))
+	}
+}
+
+// durationLog keeps the durations that events report.
+type durationLog struct {
+	mu       sync.Mutex
+	attempts []time.Duration // AttemptFailed
+	call     time.Duration   // CallFinished
+}
+
+func (l *durationLog) Observe(_ context.Context, e txretry.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch e.Kind {
+	case txretry.AttemptFailed:
+		l.attempts = append(l.attempts, e.Duration)
+	case txretry.CallFinished:
+		l.call = e.Duration
+	}
+}
+
+// TestObservedDurationsAreTheAttempts: an AttemptFailed event carries how
+// long its attempt took, and CallFinished the whole call, waits included,
+// as measured on the configured clock.
+func TestObservedDurationsAreTheAttempts(t *testing.T) {
+	f := newFixture(t, &fakedb.Driver{})
+	f.drv.OnExec = func(_ context.Context, n int, _ string, _ []driver.NamedValue) error {
+		f.clock.Advance(time.Duration(n) * time.Millisecond) // attempt n runs n ms
+		if n <= 2 {
+			return errSerialization
+		}
+		return nil
+	}
+	var log durationLog
+	var calls atomic.Int32
+	if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), f.opts(txretry.WithObserver(&log))...); err != nil {
+		t.Fatal(err)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if want := []time.Duration{time.Millisecond, 2 * time.Millisecond}; !slices.Equal(log.attempts, want) {
+		t.Fatalf("failed attempts took %v, want %v", log.attempts, want)
+	}
+	var waited time.Duration
+	for _, w := range f.clock.Waits() {
+		waited += w
+	}
+	if want := 6*time.Millisecond + waited; log.call != want {
+		t.Fatalf("call took %v, want the three attempts' 6ms and the waits' %v", log.call, waited)
 	}
 }
