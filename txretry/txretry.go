@@ -86,7 +86,10 @@ func beginSQL(ctx context.Context, db DB, opts *sql.TxOptions) (*sqlTx, error) {
 	tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	// BEGIN itself, and the wait for a pooled connection, still honour
 	// the caller's cancellation.
-	stop := context.AfterFunc(ctx, cancel)
+	stop := func() bool { return true }
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, cancel)
+	}
 	tx, err := db.BeginTx(tctx, opts)
 	if !stop() || ctx.Err() != nil {
 		// ctx ended during BEGIN or the wait for a connection. If a
