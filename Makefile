@@ -13,10 +13,9 @@ MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
 ## test: unit tests, then every nested module's tests (integration suite, examples, adapters), all with -race
 test: unit modules
 
-## unit: the library's own unit tests (no database needed), then the allocation counts without -race (whose sync.Pool drops items)
+## unit: the library's own unit tests (no database needed)
 unit:
 	$(GO) test $(RACE) -count=1 ./...
-	$(GO) test -count=1 -run '^TestOverheadAllocations$$' ./txretry
 
 ## modules: the nested modules' tests (need TXRETRY_PG_DSN / TXRETRY_MYSQL_DSN, or Docker for testcontainers)
 modules:

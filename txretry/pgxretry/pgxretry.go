@@ -14,7 +14,6 @@ import (
 
 	"github.com/txretry/txretry/pgerr"
 	"github.com/txretry/txretry/txretry"
-	"github.com/txretry/txretry/txretry/internal/core"
 )
 
 // Beginner begins pgx transactions: *pgxpool.Pool and *pgx.Conn satisfy it.
@@ -42,24 +41,19 @@ type Beginner interface {
 // received), the waits between attempts and verification; not COMMIT, which
 // runs under txretry.WithCommitTimeout once fn has returned nil.
 func RunInTx(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error, opts ...txretry.Option) error {
-	if core.IsNil(db) {
-		return fmt.Errorf("%w: nil Beginner", txretry.ErrInvalidOption)
-	}
 	if fn == nil {
 		return fmt.Errorf("%w: nil fn", txretry.ErrInvalidOption)
 	}
-	return core.Run(ctx, &adapter{db: db, fn: fn}, opts)
+	return txretry.Run(ctx, adapter{db: db, fn: fn}, opts...)
 }
 
-// adapter adapts pgx to txretry's engine.
+// adapter runs pgx transactions in txretry's engine.
 type adapter struct {
 	db Beginner
 	fn func(ctx context.Context, tx pgx.Tx) error
 }
 
-func (a *adapter) Key() any { return a.db }
-
-func (a *adapter) Begin(ctx context.Context, o core.TxOptions) (core.Tx, error) {
+func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*attempt, error) {
 	opts, err := txOptions(o)
 	if err != nil {
 		return nil, err
@@ -71,34 +65,32 @@ func (a *adapter) Begin(ctx context.Context, o core.TxOptions) (core.Tx, error) 
 	return &attempt{tx: tx}, nil
 }
 
-func (a *adapter) Call(ctx context.Context, tx core.Tx) error {
-	at := tx.(*attempt)
+func (a adapter) Call(ctx context.Context, at *attempt) error {
 	return a.fn(ctx, &recTx{Tx: at.tx, rec: &at.rec, outer: true})
 }
 
-func (a *adapter) NotCommitted(err error) bool { return errors.Is(err, pgx.ErrTxCommitRollback) }
+// Handle is db, which may be nil: Run then returns ErrInvalidOption.
+func (a adapter) Handle() any { return a.db }
 
-func (a *adapter) Check(o core.TxOptions) error {
-	_, err := txOptions(o)
-	return err
-}
-
-func (a *adapter) SingleConn() bool {
-	_, ok := a.db.(*pgx.Conn)
-	return ok
-}
-
-func (a *adapter) PerHandle(m *sync.Map, newV func() any) any {
-	switch h := a.db.(type) {
-	case *pgxpool.Pool:
-		return core.PerHandle(m, h, newV)
-	case *pgx.Conn:
-		return core.PerHandle(m, h, newV)
+func (a adapter) ContentionManager() *txretry.ContentionManager {
+	switch a.db.(type) {
+	case *pgxpool.Pool, *pgx.Conn:
+		return txretry.ManagerFor(a.db)
 	}
 	return nil
 }
 
-func txOptions(o core.TxOptions) (pgx.TxOptions, error) {
+func (a adapter) CheckTxOptions(o txretry.TxOptions) error {
+	_, err := txOptions(o)
+	return err
+}
+
+func (a adapter) SingleConn() bool {
+	_, ok := a.db.(*pgx.Conn)
+	return ok
+}
+
+func txOptions(o txretry.TxOptions) (pgx.TxOptions, error) {
 	var opts pgx.TxOptions
 	switch o.Isolation {
 	case sql.LevelDefault:
@@ -135,9 +127,11 @@ func (a *attempt) Commit(ctx context.Context, timeout time.Duration) error {
 	defer cancel()
 	err := a.tx.Commit(ctx)
 	if errors.Is(err, pgx.ErrTxCommitRollback) {
+		// The server answered COMMIT with ROLLBACK: nothing was committed.
 		if swallowed := a.rec.get(); swallowed != nil {
-			return errors.Join(err, swallowed)
+			err = errors.Join(err, swallowed)
 		}
+		return txretry.NotCommitted(err)
 	}
 	return err
 }
