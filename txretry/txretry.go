@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/txretry/txretry/txretry/internal/keylock"
 )
 
 // DB begins database/sql transactions: *sql.DB and *sql.Conn satisfy it.
@@ -80,6 +82,7 @@ func (a sqlAdapter) SingleConn() bool {
 type sqlTx struct {
 	tx     *sql.Tx
 	cancel context.CancelFunc
+	locks  *keylock.Locks // WithDatabaseKeyLocks: released once the transaction ended
 }
 
 func beginSQL(ctx context.Context, db DB, opts *sql.TxOptions) (*sqlTx, error) {
@@ -117,8 +120,9 @@ func (t *sqlTx) bounded(timeout time.Duration, f func() error) error {
 	return err
 }
 
-func (t *sqlTx) Commit(_ context.Context, timeout time.Duration) error {
+func (t *sqlTx) Commit(ctx context.Context, timeout time.Duration) error {
 	err := t.bounded(timeout, t.tx.Commit)
+	t.unlock(ctx, timeout)
 	switch {
 	case errors.Is(err, sql.ErrTxDone):
 		// fn committed or rolled back itself: this COMMIT did nothing.
@@ -136,8 +140,20 @@ func (t *sqlTx) Commit(_ context.Context, timeout time.Duration) error {
 // to what a real server gives through the stdlib driver.
 const pgxCommitRollbackMsg = "commit unexpectedly resulted in rollback"
 
-func (t *sqlTx) Rollback(_ context.Context, timeout time.Duration) error {
-	return t.bounded(timeout, t.tx.Rollback)
+func (t *sqlTx) Rollback(ctx context.Context, timeout time.Duration) error {
+	err := t.bounded(timeout, t.tx.Rollback)
+	t.unlock(ctx, timeout)
+	return err
+}
+
+// unlock releases the attempt's database locks, once. A release that finds
+// them gone does not change the transaction's outcome: the session check
+// after BEGIN is where a pooler shows.
+func (t *sqlTx) unlock(ctx context.Context, timeout time.Duration) {
+	if t.locks != nil {
+		_ = t.locks.Release(ctx, timeout)
+		t.locks = nil
+	}
 }
 
 func (t *sqlTx) Exec(ctx context.Context, query string) error {

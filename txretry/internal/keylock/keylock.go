@@ -1,0 +1,269 @@
+// Package keylock holds what txretry's adapters share to take database
+// locks per contention key (txretry.WithDatabaseKeyLocks): the mapping of
+// keys to lock ids, the statements of each dialect, and the errors. It
+// knows SQL text, not drivers: each adapter runs the statements on its own
+// connection.
+package keylock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Dialect is the database's lock vocabulary.
+type Dialect uint8
+
+const (
+	// Unknown: the driver is not one whose database is known.
+	Unknown Dialect = iota
+	// Postgres: session advisory locks, pg_advisory_lock(bigint).
+	Postgres
+	// MySQL: named locks, GET_LOCK(name, timeout) (MySQL 5.7+, MariaDB 10.0.2+).
+	MySQL
+)
+
+// namespace prefixes every key before hashing, so that txretry's lock ids
+// stay apart from ids an application derives from the same strings.
+const namespace = "txretry:"
+
+// ID is the lock id of key: FNV-1a 64 of "txretry:"+key, as a bigint.
+func ID(key string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(namespace))
+	h.Write([]byte(key))
+	return int64(h.Sum64())
+}
+
+// IDs returns the lock ids of keys, sorted and without duplicates: every
+// caller takes its locks in that one order, so no two wait in a cycle, and
+// two keys with one id are locked once.
+func IDs(keys []string) []int64 {
+	ids := make([]int64, len(keys))
+	for i, k := range keys {
+		ids[i] = ID(k)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// Name is the MySQL/MariaDB lock name of id: "txretry:" and 16 hex digits
+// (24 characters, within GET_LOCK's 64). Keys never appear in it, since
+// they may be user data and lock names are visible to every session.
+func Name(id int64) string {
+	return namespace + fmt.Sprintf("%016x", uint64(id))
+}
+
+// LockQuery is the statement that takes the lock id, waiting at most
+// until deadline (zero: no deadline). It returns one row: 1 when the lock
+// was taken (MySQL: 0 on timeout, NULL on error) and the session's id
+// (pg_backend_pid, CONNECTION_ID). Ids and names are formatted into the
+// text, never key strings.
+func LockQuery(d Dialect, id int64, deadline time.Time, now time.Time) string {
+	if d == MySQL {
+		return "SELECT GET_LOCK('" + Name(id) + "', " + mysqlTimeout(deadline, now) + "), CONNECTION_ID()"
+	}
+	return "SELECT 1, pg_backend_pid() FROM pg_advisory_lock(" + strconv.FormatInt(id, 10) + ") l"
+}
+
+// mysqlTimeout is GET_LOCK's timeout in seconds: what is left until the
+// deadline (at least a millisecond, so that 0 does not mean "do not
+// wait"), or a year without one. The driver's cancellation closes the
+// connection, which a server waiting in GET_LOCK does not notice; the
+// timeout ends the wait on the server's side too.
+func mysqlTimeout(deadline, now time.Time) string {
+	if deadline.IsZero() {
+		return "31536000"
+	}
+	s := max(deadline.Sub(now).Seconds(), 0.001)
+	return strconv.FormatFloat(math.Ceil(s*1000)/1000, 'f', 3, 64)
+}
+
+// UnlockQuery is the statement that releases ids, all of them whatever
+// each one's result; it returns one row: how many this session held, and
+// the session's id.
+func UnlockQuery(d Dialect, ids []int64) string {
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteString(" + ")
+		}
+		if d == MySQL {
+			b.WriteString("COALESCE(RELEASE_LOCK('" + Name(id) + "'), 0)")
+		} else {
+			b.WriteString("pg_advisory_unlock(" + strconv.FormatInt(id, 10) + ")::int")
+		}
+	}
+	if d == MySQL {
+		b.WriteString(", CONNECTION_ID()")
+	} else {
+		b.WriteString(", pg_backend_pid()")
+	}
+	return b.String()
+}
+
+// SessionQuery returns the session's id inside the transaction, to compare
+// with the lock statements'.
+func SessionQuery(d Dialect) string {
+	if d == MySQL {
+		return "SELECT CONNECTION_ID()"
+	}
+	return "SELECT pg_backend_pid()"
+}
+
+// Of returns the dialect of a database/sql driver or driver connection,
+// from the package that defines its type (drivers are not imported).
+func Of(v any) Dialect {
+	t := reflect.TypeOf(v)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return Unknown
+	}
+	switch p := t.PkgPath(); {
+	case p == "github.com/lib/pq", p == "github.com/jackc/pgx/stdlib",
+		strings.HasPrefix(p, "github.com/jackc/pgx/v") && strings.HasSuffix(p, "/stdlib"):
+		return Postgres
+	case p == "github.com/go-sql-driver/mysql":
+		return MySQL
+	}
+	return Unknown
+}
+
+// Timeout is the error of a lock wait that GET_LOCK ended at the call's
+// deadline: it matches context.DeadlineExceeded.
+func Timeout() error {
+	return fmt.Errorf("txretry: waiting for a database key lock: %w", context.DeadlineExceeded)
+}
+
+// ErrNotSession is matched by the error of an attempt whose locks were not
+// held by the session that ran its transaction.
+var ErrNotSession = errors.New("txretry: database key locks need a database session of their own: " +
+	"the lock statement and the transaction ran on different server sessions, " +
+	"as behind PgBouncer in transaction pooling mode, which cannot keep session locks; " +
+	"connect directly or in session pooling mode, or drop WithDatabaseKeyLocks")
+
+// NotSession is ErrNotSession marked with base (txretry.ErrInvalidOption),
+// naming the session ids' difference (not the keys).
+func NotSession(base error, lockSession, txSession int64) error {
+	return fmt.Errorf("%w: %w (lock session %d, transaction session %d)", base, ErrNotSession, lockSession, txSession)
+}
+
+// LostError is the error of a release that found fewer locks than it took:
+// the session changed (a pooler) or fn released them.
+func LostError(base error, held, took int) error {
+	return fmt.Errorf("%w: %w (released %d of %d locks)", base, ErrNotSession, held, took)
+}
+
+// IsNotSession reports an error of ErrNotSession.
+func IsNotSession(err error) bool { return errors.Is(err, ErrNotSession) }
+
+// Conn is an attempt's connection as the locks use it.
+type Conn interface {
+	// Row runs a statement returning one row of two integers; a NULL
+	// first column reads as -1.
+	Row(ctx context.Context, query string) (a, b int64, err error)
+	// Owned reports a connection taken from a pool for the attempt.
+	Owned() bool
+	// Discard closes an owned connection and drops it from its pool,
+	// which ends its session and with it the session's locks.
+	Discard()
+	// Done gives an owned connection back to its pool.
+	Done()
+}
+
+// Locks are one attempt's database locks and their connection.
+type Locks struct {
+	Conn    Conn
+	Dialect Dialect
+	IDs     []int64 // sorted, see IDs
+	Base    error   // marks a session change (txretry.ErrInvalidOption)
+	session int64   // the session that took the locks
+}
+
+// Lock takes the locks in order under ctx, each wait ending with ctx (the
+// driver cancels the statement; GET_LOCK also gets ctx's deadline as its
+// timeout). On failure it gives back what it took: an owned connection is
+// discarded, a caller's one gets the unlock statement (the failed id
+// included: a wait cut short late may have got its lock).
+func (l *Locks) Lock(ctx context.Context) error {
+	deadline, _ := ctx.Deadline()
+	for i, id := range l.IDs {
+		got, s, err := l.Conn.Row(ctx, LockQuery(l.Dialect, id, deadline, time.Now()))
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				err = context.Cause(ctx)
+			}
+		case got == -1:
+			err = errors.New("txretry: GET_LOCK returned NULL")
+		case got != 1:
+			err = Timeout()
+		case i == 0:
+			l.session = s
+		case s != l.session:
+			err = NotSession(l.Base, l.session, s)
+		}
+		if err != nil {
+			l.IDs = l.IDs[:i+1]
+			l.Abandon(ctx)
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckTx compares the session running the transaction (the result of
+// SessionQuery inside it) with the one that took the locks: PgBouncer's
+// transaction mode shows here.
+func (l *Locks) CheckTx(session int64) error {
+	if session != l.session {
+		return NotSession(l.Base, l.session, session)
+	}
+	return nil
+}
+
+// Abandon gives the locks back after a failure: an owned connection is
+// discarded (its session may hold a lock out of reach), a caller's one
+// gets the unlock statement.
+func (l *Locks) Abandon(ctx context.Context) {
+	if l.Conn.Owned() {
+		l.Conn.Discard()
+		return
+	}
+	_ = l.Release(ctx, releaseTimeout)
+}
+
+// releaseTimeout bounds the release of locks whose transaction never began
+// (the Tx's commit timeout bounds the others).
+const releaseTimeout = 10 * time.Second
+
+// Release unlocks every id on the connection, under timeout and not ctx's
+// cancellation, then gives an owned connection back (discarding it when the
+// unlock failed). It reports locks the session no longer held: a pooler
+// moved the session, or fn released them.
+func (l *Locks) Release(ctx context.Context, timeout time.Duration) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	n, s, err := l.Conn.Row(rctx, UnlockQuery(l.Dialect, l.IDs))
+	if err == nil && (n != int64(len(l.IDs)) || s != l.session) {
+		err = LostError(l.Base, int(n), len(l.IDs))
+	}
+	if l.Conn.Owned() {
+		if err != nil {
+			l.Conn.Discard()
+		} else {
+			l.Conn.Done()
+		}
+	}
+	return err
+}

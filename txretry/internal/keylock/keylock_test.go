@@ -1,0 +1,154 @@
+package keylock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var errBase = errors.New("invalid option")
+
+// The documented id: FNV-1a 64 over "txretry:"+key, as a signed bigint.
+func TestIDIsFNV1aOfTheNamespacedKey(t *testing.T) {
+	h := fnv.New64a()
+	h.Write([]byte("txretry:account:42"))
+	if got, want := ID("account:42"), int64(h.Sum64()); got != want {
+		t.Fatalf("ID = %d, want %d", got, want)
+	}
+	ids := IDs([]string{"b", "a", "b", "c"})
+	if len(ids) != 3 || !slices.IsSorted(ids) {
+		t.Fatalf("IDs = %v, want 3 sorted ids", ids)
+	}
+	long := strings.Repeat("Q", 1000)
+	if n := Name(ID(long)); len(n) > 64 || strings.Contains(n, "Q") {
+		t.Fatalf("Name = %q: at most 64 characters, without the key", n)
+	}
+}
+
+func TestStatementsHoldIdsNotKeys(t *testing.T) {
+	ids := IDs([]string{"user'); DROP TABLE t; --"})
+	for _, q := range []string{
+		LockQuery(Postgres, ids[0], time.Time{}, time.Time{}), LockQuery(MySQL, ids[0], time.Time{}, time.Time{}),
+		UnlockQuery(Postgres, ids), UnlockQuery(MySQL, ids),
+	} {
+		if strings.Contains(q, "DROP") {
+			t.Fatalf("statement holds the key: %s", q)
+		}
+	}
+	now := time.Now()
+	for _, tc := range []struct {
+		deadline time.Time
+		want     string
+	}{
+		{time.Time{}, "31536000"},
+		{now.Add(1500 * time.Millisecond), "1.500"},
+		{now.Add(-time.Second), "0.001"}, // 0 would mean "do not wait": the deadline error comes from GET_LOCK's 0
+	} {
+		if q := LockQuery(MySQL, 1, tc.deadline, now); !strings.Contains(q, ", "+tc.want+")") {
+			t.Errorf("deadline %v: %s, want timeout %s", tc.deadline, q, tc.want)
+		}
+	}
+}
+
+// fakeConn scripts the rows of the lock statements and logs them.
+type fakeConn struct {
+	owned     bool
+	log       []string
+	lockRow   func(n int) (int64, int64, error)
+	unlockRow func() (int64, int64, error)
+	locks     int
+}
+
+func (c *fakeConn) Row(_ context.Context, q string) (int64, int64, error) {
+	if strings.Contains(q, "unlock") || strings.Contains(q, "RELEASE") {
+		c.log = append(c.log, "unlock "+fmt.Sprint(strings.Count(q, "unlock")))
+		if c.unlockRow != nil {
+			return c.unlockRow()
+		}
+		return int64(strings.Count(q, "unlock")), 7, nil
+	}
+	c.locks++
+	c.log = append(c.log, "lock")
+	if c.lockRow != nil {
+		return c.lockRow(c.locks)
+	}
+	return 1, 7, nil
+}
+func (c *fakeConn) Owned() bool { return c.owned }
+func (c *fakeConn) Discard()    { c.log = append(c.log, "discard") }
+func (c *fakeConn) Done()       { c.log = append(c.log, "done") }
+
+func TestLocksGiveBackWhatTheyTookOnEveryFailure(t *testing.T) {
+	keys := []string{"a", "b", "c"}
+	for _, tc := range []struct {
+		name    string
+		owned   bool
+		lockRow func(n int) (int64, int64, error)
+		want    []string
+		is      error
+	}{
+		{"all taken, released", false, nil, []string{"lock", "lock", "lock", "unlock 3"}, nil},
+		{"pool conn, released and given back", true, nil, []string{"lock", "lock", "lock", "unlock 3", "done"}, nil},
+		{"cancelled at the second, caller's conn", false, func(n int) (int64, int64, error) {
+			if n == 2 {
+				return 0, 0, context.Canceled
+			}
+			return 1, 7, nil
+		}, []string{"lock", "lock", "unlock 2"}, context.Canceled},
+		{"cancelled at the second, pool conn", true, func(n int) (int64, int64, error) {
+			if n == 2 {
+				return 0, 0, context.Canceled
+			}
+			return 1, 7, nil
+		}, []string{"lock", "lock", "discard"}, context.Canceled},
+		{"GET_LOCK timed out", false, func(n int) (int64, int64, error) { return 0, 7, nil },
+			[]string{"lock", "unlock 1"}, context.DeadlineExceeded},
+		{"session moved between locks", true, func(n int) (int64, int64, error) { return 1, int64(n), nil },
+			[]string{"lock", "lock", "discard"}, ErrNotSession},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &fakeConn{owned: tc.owned, lockRow: tc.lockRow}
+			l := &Locks{Conn: c, Dialect: Postgres, IDs: IDs(keys), Base: errBase}
+			err := l.Lock(context.Background())
+			if tc.is == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = l.Release(context.Background(), time.Second)
+			}
+			if !errors.Is(err, tc.is) {
+				t.Fatalf("err = %v, want %v", err, tc.is)
+			}
+			if !slices.Equal(c.log, tc.want) {
+				t.Fatalf("log %q, want %q", c.log, tc.want)
+			}
+		})
+	}
+}
+
+// A release that finds fewer locks, or another session, reports the
+// pooler; a pool connection is then discarded, not given back.
+func TestReleaseReportsLostLocks(t *testing.T) {
+	for _, row := range [][2]int64{{1, 7}, {2, 8}} {
+		c := &fakeConn{owned: true, unlockRow: func() (int64, int64, error) { return row[0], row[1], nil }}
+		l := &Locks{Conn: c, Dialect: Postgres, IDs: IDs([]string{"a", "b"}), Base: errBase}
+		if err := l.Lock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		err := l.Release(context.Background(), time.Second)
+		if !errors.Is(err, ErrNotSession) || !errors.Is(err, errBase) {
+			t.Fatalf("row %v: err = %v, want ErrNotSession", row, err)
+		}
+		if c.log[len(c.log)-1] != "discard" {
+			t.Fatalf("row %v: log %q, want a discard", row, c.log)
+		}
+		if err := l.CheckTx(8); !errors.Is(err, ErrNotSession) {
+			t.Fatalf("CheckTx(other session) = %v", err)
+		}
+	}
+}
