@@ -59,11 +59,14 @@ func (a sqlAdapter) BeginLocked(ctx context.Context, o TxOptions, keys []string)
 		c.conn = h
 	}
 	l := &keylock.Locks{Conn: c, Dialect: d, IDs: keylock.IDs(keys), Base: ErrInvalidOption}
+	if d == keylock.Postgres {
+		_ = c.conn.Raw(func(dc any) error { l.PID = keylock.BackendPID(dc); return nil })
+	}
 	if err := l.Lock(ctx); err != nil {
 		return nil, err
 	}
 	tx, err := beginSQL(ctx, c.conn, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
-	if err == nil && d == keylock.Postgres {
+	if err == nil && l.NeedsTxCheck() {
 		var s int64
 		if err = tx.tx.QueryRowContext(ctx, keylock.SessionQuery(d)).Scan(&s); err == nil {
 			err = l.CheckTx(s)

@@ -42,12 +42,13 @@ func (a adapter) BeginLocked(ctx context.Context, o txretry.TxOptions, keys []st
 	default:
 		return nil, a.CheckKeyLocks()
 	}
-	l := &keylock.Locks{Conn: c, Dialect: keylock.Postgres, IDs: keylock.IDs(keys), Base: txretry.ErrInvalidOption}
+	l := &keylock.Locks{Conn: c, Dialect: keylock.Postgres, IDs: keylock.IDs(keys), Base: txretry.ErrInvalidOption,
+		PID: c.conn.PgConn().PID()}
 	if err := l.Lock(ctx); err != nil {
 		return nil, err
 	}
 	tx, err := c.conn.BeginTx(ctx, opts)
-	if err == nil {
+	if err == nil && l.NeedsTxCheck() {
 		var s int64
 		if err = tx.QueryRow(ctx, keylock.SessionQuery(keylock.Postgres)).Scan(&s); err == nil {
 			err = l.CheckTx(s)

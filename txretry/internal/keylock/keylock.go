@@ -63,14 +63,22 @@ func Name(id int64) string {
 
 // LockQuery is the statement that takes the lock id, waiting at most
 // until deadline (zero: no deadline). It returns one row: 1 when the lock
-// was taken (MySQL: 0 on timeout, NULL on error) and the session's id
-// (pg_backend_pid, CONNECTION_ID). Ids and names are formatted into the
-// text, never key strings.
-func LockQuery(d Dialect, id int64, deadline time.Time, now time.Time) string {
+// was taken (MySQL: 0 on timeout; NULL on error, or on PostgreSQL when the
+// session is not pid's) and the session's id (pg_backend_pid,
+// CONNECTION_ID). On PostgreSQL with pid, the connection's backend process
+// id as the server announced it at startup (0: unknown), the lock is taken
+// only if the statement runs in that very process: behind a pooler such as
+// PgBouncer, which announces an id of its own, nothing is locked. Ids and
+// names are formatted into the text, never key strings.
+func LockQuery(d Dialect, id int64, deadline, now time.Time, pid uint32) string {
 	if d == MySQL {
 		return "SELECT GET_LOCK('" + Name(id) + "', " + mysqlTimeout(deadline, now) + "), CONNECTION_ID()"
 	}
-	return "SELECT 1, pg_backend_pid() FROM pg_advisory_lock(" + strconv.FormatInt(id, 10) + ") l"
+	lock := "(pg_advisory_lock(" + strconv.FormatInt(id, 10) + ")::text IS NOT NULL)::int"
+	if pid == 0 {
+		return "SELECT " + lock + ", pg_backend_pid()"
+	}
+	return "SELECT CASE WHEN pg_backend_pid() = " + strconv.FormatUint(uint64(pid), 10) + " THEN " + lock + " END, pg_backend_pid()"
 }
 
 // mysqlTimeout is GET_LOCK's timeout in seconds: what is left until the
@@ -148,14 +156,35 @@ func Timeout() error {
 // ErrNotSession is matched by the error of an attempt whose locks were not
 // held by the session that ran its transaction.
 var ErrNotSession = errors.New("txretry: database key locks need a database session of their own: " +
-	"the lock statement and the transaction ran on different server sessions, " +
+	"the statements of the connection do not all run in its server session, " +
 	"as behind PgBouncer in transaction pooling mode, which cannot keep session locks; " +
-	"connect directly or in session pooling mode, or drop WithDatabaseKeyLocks")
+	"connect to the server directly, or drop WithDatabaseKeyLocks")
 
 // NotSession is ErrNotSession marked with base (txretry.ErrInvalidOption),
-// naming the session ids' difference (not the keys).
-func NotSession(base error, lockSession, txSession int64) error {
-	return fmt.Errorf("%w: %w (lock session %d, transaction session %d)", base, ErrNotSession, lockSession, txSession)
+// naming the two session ids that differ (not the keys).
+func NotSession(base error, want, got int64) error {
+	return fmt.Errorf("%w: %w (session %d expected, %d found)", base, ErrNotSession, want, got)
+}
+
+// BackendPID returns the backend process id that pgx's stdlib driver
+// connection dc announced at startup (dc.Conn().PgConn().PID(), called by
+// reflection so that no driver is imported), or 0.
+func BackendPID(dc any) uint32 {
+	v := reflect.ValueOf(dc)
+	for _, name := range []string{"Conn", "PgConn", "PID"} {
+		if !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
+			return 0
+		}
+		m := v.MethodByName(name)
+		if !m.IsValid() || m.Type().NumIn() != 0 || m.Type().NumOut() != 1 {
+			return 0
+		}
+		v = m.Call(nil)[0]
+	}
+	if v.Kind() != reflect.Uint32 {
+		return 0
+	}
+	return uint32(v.Uint())
 }
 
 // LostError is the error of a release that found fewer locks than it took:
@@ -187,7 +216,10 @@ type Locks struct {
 	Dialect Dialect
 	IDs     []int64 // sorted, see IDs
 	Base    error   // marks a session change (txretry.ErrInvalidOption)
-	session int64   // the session that took the locks
+	// PID is the connection's backend process id as announced at startup
+	// (PostgreSQL; 0 when the driver does not tell).
+	PID     uint32
+	session int64 // the session that took the locks
 }
 
 // Lock takes the locks in order under ctx, each wait ending with ctx (the
@@ -198,12 +230,14 @@ type Locks struct {
 func (l *Locks) Lock(ctx context.Context) error {
 	deadline, _ := ctx.Deadline()
 	for i, id := range l.IDs {
-		got, s, err := l.Conn.Row(ctx, LockQuery(l.Dialect, id, deadline, time.Now()))
+		got, s, err := l.Conn.Row(ctx, LockQuery(l.Dialect, id, deadline, time.Now(), l.PID))
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
 				err = context.Cause(ctx)
 			}
+		case got == -1 && l.Dialect == Postgres:
+			err = NotSession(l.Base, int64(l.PID), s)
 		case got == -1:
 			err = errors.New("txretry: GET_LOCK returned NULL")
 		case got != 1:
@@ -221,6 +255,12 @@ func (l *Locks) Lock(ctx context.Context) error {
 	}
 	return nil
 }
+
+// NeedsTxCheck reports that the transaction's session must be compared
+// with the locks' (CheckTx): on PostgreSQL when the connection's startup
+// process id is unknown (otherwise the lock statements proved the session
+// is the connection's own, and so is the transaction's).
+func (l *Locks) NeedsTxCheck() bool { return l.Dialect == Postgres && l.PID == 0 }
 
 // CheckTx compares the session running the transaction (the result of
 // SessionQuery inside it) with the one that took the locks: PgBouncer's

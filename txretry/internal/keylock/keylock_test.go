@@ -33,7 +33,7 @@ func TestIDIsFNV1aOfTheNamespacedKey(t *testing.T) {
 func TestStatementsHoldIdsNotKeys(t *testing.T) {
 	ids := IDs([]string{"user'); DROP TABLE t; --"})
 	for _, q := range []string{
-		LockQuery(Postgres, ids[0], time.Time{}, time.Time{}), LockQuery(MySQL, ids[0], time.Time{}, time.Time{}),
+		LockQuery(Postgres, ids[0], time.Time{}, time.Time{}, 0), LockQuery(MySQL, ids[0], time.Time{}, time.Time{}, 0),
 		UnlockQuery(Postgres, ids), UnlockQuery(MySQL, ids),
 	} {
 		if strings.Contains(q, "DROP") {
@@ -49,7 +49,7 @@ func TestStatementsHoldIdsNotKeys(t *testing.T) {
 		{now.Add(1500 * time.Millisecond), "1.500"},
 		{now.Add(-time.Second), "0.001"}, // 0 would mean "do not wait": the deadline error comes from GET_LOCK's 0
 	} {
-		if q := LockQuery(MySQL, 1, tc.deadline, now); !strings.Contains(q, ", "+tc.want+")") {
+		if q := LockQuery(MySQL, 1, tc.deadline, now, 0); !strings.Contains(q, ", "+tc.want+")") {
 			t.Errorf("deadline %v: %s, want timeout %s", tc.deadline, q, tc.want)
 		}
 	}
@@ -150,5 +150,44 @@ func TestReleaseReportsLostLocks(t *testing.T) {
 		if err := l.CheckTx(8); !errors.Is(err, ErrNotSession) {
 			t.Fatalf("CheckTx(other session) = %v", err)
 		}
+	}
+}
+
+type fakeStdlibConn struct{ c *fakePgxConn }
+type fakePgxConn struct{ pc *fakePgConn }
+type fakePgConn struct{ pid uint32 }
+
+func (c *fakeStdlibConn) Conn() *fakePgxConn { return c.c }
+func (c *fakePgxConn) PgConn() *fakePgConn   { return c.pc }
+func (c *fakePgConn) PID() uint32            { return c.pid }
+
+func TestBackendPIDFollowsPgxStdlibsMethods(t *testing.T) {
+	if got := BackendPID(&fakeStdlibConn{&fakePgxConn{&fakePgConn{pid: 4242}}}); got != 4242 {
+		t.Fatalf("BackendPID = %d, want 4242", got)
+	}
+	for _, dc := range []any{nil, 7, &fakeStdlibConn{}, &fakeStdlibConn{&fakePgxConn{}}, (*fakeStdlibConn)(nil)} {
+		if got := BackendPID(dc); got != 0 {
+			t.Fatalf("BackendPID(%#v) = %d, want 0", dc, got)
+		}
+	}
+}
+
+// With the connection's startup process id, the lock statement locks only
+// in that process; a NULL answer (another process: a pooler) takes nothing
+// and fails with ErrNotSession, and no transaction check is needed.
+func TestLockRefusesAnotherProcess(t *testing.T) {
+	if q := LockQuery(Postgres, 5, time.Time{}, time.Time{}, 4242); !strings.Contains(q, "CASE WHEN pg_backend_pid() = 4242 THEN") {
+		t.Fatalf("query %s", q)
+	}
+	c := &fakeConn{owned: true, lockRow: func(int) (int64, int64, error) { return -1, 77, nil }}
+	l := &Locks{Conn: c, Dialect: Postgres, IDs: IDs([]string{"a"}), Base: errBase, PID: 4242}
+	if err := l.Lock(context.Background()); !errors.Is(err, ErrNotSession) || !errors.Is(err, errBase) || !strings.Contains(err.Error(), "PgBouncer") {
+		t.Fatalf("err = %v, want ErrNotSession naming PgBouncer", err)
+	}
+	if !slices.Equal(c.log, []string{"lock", "discard"}) {
+		t.Fatalf("log %q", c.log)
+	}
+	if l.NeedsTxCheck() || !(&Locks{Dialect: Postgres}).NeedsTxCheck() || (&Locks{Dialect: MySQL}).NeedsTxCheck() {
+		t.Fatal("NeedsTxCheck: only PostgreSQL without a startup process id")
 	}
 }
