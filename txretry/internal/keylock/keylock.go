@@ -61,24 +61,42 @@ func Name(id int64) string {
 	return namespace + fmt.Sprintf("%016x", uint64(id))
 }
 
-// LockQuery is the statement that takes the lock id, waiting at most
-// until deadline (zero: no deadline). It returns one row: 1 when the lock
-// was taken (MySQL: 0 on timeout; NULL on error, or on PostgreSQL when the
-// session is not pid's) and the session's id (pg_backend_pid,
+// LockQuery is the statement that takes the locks ids, one after the
+// other in their order (nested CASEs fix the order of evaluation), waiting
+// for each at most until deadline (zero: no deadline): one round trip
+// whatever the number of keys. It returns one row: 1 when every lock was
+// taken (MySQL: 0 when a wait timed out or failed; PostgreSQL: NULL when
+// the session is not pid's) and the session's id (pg_backend_pid,
 // CONNECTION_ID). On PostgreSQL with pid, the connection's backend process
-// id as the server announced it at startup (0: unknown), the lock is taken
-// only if the statement runs in that very process: behind a pooler such as
-// PgBouncer, which announces an id of its own, nothing is locked. Ids and
+// id as the server announced it at startup (0: unknown), nothing is locked
+// unless the statement runs in that very process: behind a pooler such as
+// PgBouncer, which announces an id of its own, no lock is taken. Ids and
 // names are formatted into the text, never key strings.
-func LockQuery(d Dialect, id int64, deadline, now time.Time, pid uint32) string {
+func LockQuery(d Dialect, ids []int64, deadline, now time.Time, pid uint32) string {
+	var b strings.Builder
+	b.WriteString("SELECT ")
 	if d == MySQL {
-		return "SELECT GET_LOCK('" + Name(id) + "', " + mysqlTimeout(deadline, now) + "), CONNECTION_ID()"
+		timeout := mysqlTimeout(deadline, now)
+		for _, id := range ids {
+			b.WriteString("CASE WHEN GET_LOCK('" + Name(id) + "', " + timeout + ") = 1 THEN ")
+		}
+		b.WriteString("1")
+		b.WriteString(strings.Repeat(" ELSE 0 END", len(ids)))
+		b.WriteString(", CONNECTION_ID()")
+		return b.String()
 	}
-	lock := "(pg_advisory_lock(" + strconv.FormatInt(id, 10) + ")::text IS NOT NULL)::int"
-	if pid == 0 {
-		return "SELECT " + lock + ", pg_backend_pid()"
+	cases := len(ids)
+	if pid != 0 {
+		b.WriteString("CASE WHEN pg_backend_pid() = " + strconv.FormatUint(uint64(pid), 10) + " THEN ")
+		cases++
 	}
-	return "SELECT CASE WHEN pg_backend_pid() = " + strconv.FormatUint(uint64(pid), 10) + " THEN " + lock + " END, pg_backend_pid()"
+	for _, id := range ids {
+		b.WriteString("CASE WHEN pg_advisory_lock(" + strconv.FormatInt(id, 10) + ")::text IS NOT NULL THEN ")
+	}
+	b.WriteString("1")
+	b.WriteString(strings.Repeat(" END", cases))
+	b.WriteString(", pg_backend_pid()")
+	return b.String()
 }
 
 // mysqlTimeout is GET_LOCK's timeout in seconds: what is left until the
@@ -222,37 +240,29 @@ type Locks struct {
 	session int64 // the session that took the locks
 }
 
-// Lock takes the locks in order under ctx, each wait ending with ctx (the
-// driver cancels the statement; GET_LOCK also gets ctx's deadline as its
-// timeout). On failure it gives back what it took: an owned connection is
-// discarded, a caller's one gets the unlock statement (the failed id
-// included: a wait cut short late may have got its lock).
+// Lock takes the locks in order under ctx, in one statement whose waits
+// end with ctx (the driver cancels the statement; GET_LOCK also gets ctx's
+// deadline as its timeout). On failure it gives back what it may have
+// taken: an owned connection is discarded, a caller's one gets the unlock
+// statement.
 func (l *Locks) Lock(ctx context.Context) error {
 	deadline, _ := ctx.Deadline()
-	for i, id := range l.IDs {
-		got, s, err := l.Conn.Row(ctx, LockQuery(l.Dialect, id, deadline, time.Now(), l.PID))
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				err = context.Cause(ctx)
-			}
-		case got == -1 && l.Dialect == Postgres:
-			err = NotSession(l.Base, int64(l.PID), s)
-		case got == -1:
-			err = errors.New("txretry: GET_LOCK returned NULL")
-		case got != 1:
-			err = Timeout()
-		case i == 0:
-			l.session = s
-		case s != l.session:
-			err = NotSession(l.Base, l.session, s)
+	got, s, err := l.Conn.Row(ctx, LockQuery(l.Dialect, l.IDs, deadline, time.Now(), l.PID))
+	switch {
+	case err != nil:
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
 		}
-		if err != nil {
-			l.IDs = l.IDs[:i+1]
-			l.Abandon(ctx)
-			return err
-		}
+	case got == -1 && l.Dialect == Postgres:
+		err = NotSession(l.Base, int64(l.PID), s)
+	case got != 1:
+		err = Timeout()
 	}
+	if err != nil {
+		l.Abandon(ctx)
+		return err
+	}
+	l.session = s
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func TestIDIsFNV1aOfTheNamespacedKey(t *testing.T) {
 func TestStatementsHoldIdsNotKeys(t *testing.T) {
 	ids := IDs([]string{"user'); DROP TABLE t; --"})
 	for _, q := range []string{
-		LockQuery(Postgres, ids[0], time.Time{}, time.Time{}, 0), LockQuery(MySQL, ids[0], time.Time{}, time.Time{}, 0),
+		LockQuery(Postgres, ids, time.Time{}, time.Time{}, 0), LockQuery(MySQL, ids, time.Time{}, time.Time{}, 0),
 		UnlockQuery(Postgres, ids), UnlockQuery(MySQL, ids),
 	} {
 		if strings.Contains(q, "DROP") {
@@ -49,7 +50,7 @@ func TestStatementsHoldIdsNotKeys(t *testing.T) {
 		{now.Add(1500 * time.Millisecond), "1.500"},
 		{now.Add(-time.Second), "0.001"}, // 0 would mean "do not wait": the deadline error comes from GET_LOCK's 0
 	} {
-		if q := LockQuery(MySQL, 1, tc.deadline, now, 0); !strings.Contains(q, ", "+tc.want+")") {
+		if q := LockQuery(MySQL, []int64{1}, tc.deadline, now, 0); !strings.Contains(q, ", "+tc.want+")") {
 			t.Errorf("deadline %v: %s, want timeout %s", tc.deadline, q, tc.want)
 		}
 	}
@@ -85,6 +86,7 @@ func (c *fakeConn) Done()       { c.log = append(c.log, "done") }
 
 func TestLocksGiveBackWhatTheyTookOnEveryFailure(t *testing.T) {
 	keys := []string{"a", "b", "c"}
+	cancelled := func(int) (int64, int64, error) { return 0, 0, context.Canceled }
 	for _, tc := range []struct {
 		name    string
 		owned   bool
@@ -92,24 +94,12 @@ func TestLocksGiveBackWhatTheyTookOnEveryFailure(t *testing.T) {
 		want    []string
 		is      error
 	}{
-		{"all taken, released", false, nil, []string{"lock", "lock", "lock", "unlock 3"}, nil},
-		{"pool conn, released and given back", true, nil, []string{"lock", "lock", "lock", "unlock 3", "done"}, nil},
-		{"cancelled at the second, caller's conn", false, func(n int) (int64, int64, error) {
-			if n == 2 {
-				return 0, 0, context.Canceled
-			}
-			return 1, 7, nil
-		}, []string{"lock", "lock", "unlock 2"}, context.Canceled},
-		{"cancelled at the second, pool conn", true, func(n int) (int64, int64, error) {
-			if n == 2 {
-				return 0, 0, context.Canceled
-			}
-			return 1, 7, nil
-		}, []string{"lock", "lock", "discard"}, context.Canceled},
-		{"GET_LOCK timed out", false, func(n int) (int64, int64, error) { return 0, 7, nil },
-			[]string{"lock", "unlock 1"}, context.DeadlineExceeded},
-		{"session moved between locks", true, func(n int) (int64, int64, error) { return 1, int64(n), nil },
-			[]string{"lock", "lock", "discard"}, ErrNotSession},
+		{"all taken, released", false, nil, []string{"lock", "unlock 3"}, nil},
+		{"pool conn, released and given back", true, nil, []string{"lock", "unlock 3", "done"}, nil},
+		{"cancelled, caller's conn: every lock released", false, cancelled, []string{"lock", "unlock 3"}, context.Canceled},
+		{"cancelled, pool conn: discarded", true, cancelled, []string{"lock", "discard"}, context.Canceled},
+		{"GET_LOCK timed out", false, func(int) (int64, int64, error) { return 0, 7, nil },
+			[]string{"lock", "unlock 3"}, context.DeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &fakeConn{owned: tc.owned, lockRow: tc.lockRow}
@@ -128,6 +118,27 @@ func TestLocksGiveBackWhatTheyTookOnEveryFailure(t *testing.T) {
 				t.Fatalf("log %q, want %q", c.log, tc.want)
 			}
 		})
+	}
+}
+
+// One statement takes every lock, nested so that they are taken in the
+// ids' order.
+func TestLockQueryTakesTheLocksInOrder(t *testing.T) {
+	ids := IDs([]string{"a", "b", "c"})
+	for _, d := range []Dialect{Postgres, MySQL} {
+		q := LockQuery(d, ids, time.Time{}, time.Time{}, 0)
+		last := -1
+		for _, id := range ids {
+			s := strconv.FormatInt(id, 10)
+			if d == MySQL {
+				s = Name(id)
+			}
+			i := strings.Index(q, s)
+			if i <= last {
+				t.Fatalf("%v: id %d out of order in %s", d, id, q)
+			}
+			last = i
+		}
 	}
 }
 
@@ -176,7 +187,7 @@ func TestBackendPIDFollowsPgxStdlibsMethods(t *testing.T) {
 // in that process; a NULL answer (another process: a pooler) takes nothing
 // and fails with ErrNotSession, and no transaction check is needed.
 func TestLockRefusesAnotherProcess(t *testing.T) {
-	if q := LockQuery(Postgres, 5, time.Time{}, time.Time{}, 4242); !strings.Contains(q, "CASE WHEN pg_backend_pid() = 4242 THEN") {
+	if q := LockQuery(Postgres, []int64{5}, time.Time{}, time.Time{}, 4242); !strings.Contains(q, "CASE WHEN pg_backend_pid() = 4242 THEN") {
 		t.Fatalf("query %s", q)
 	}
 	c := &fakeConn{owned: true, lockRow: func(int) (int64, int64, error) { return -1, 77, nil }}
