@@ -76,16 +76,16 @@ func run(ctx context.Context, a adapter, opts []Option) error {
 	if err := a.check(cfg.txOpts); err != nil {
 		return err
 	}
-	if cfg.dbLocks {
-		if err := a.checkKeyLocks(); err != nil {
-			return err
-		}
-	}
 	// A nested call on the same handle joins the outer transaction and
 	// leaves retrying to the outermost call.
 	outer, _ := ctx.Value(txCtxKey{}).(*txCtxVal)
 	if outer != nil && sameKey(outer.key, h) {
-		return a.join(ctx, outer.tx)
+		return a.join(ctx, outer.tx) // takes no keys, so no database locks
+	}
+	if cfg.dbLocks {
+		if err := a.checkKeyLocks(); err != nil {
+			return err
+		}
 	}
 	cm, err := managerOf(a, cfg, h)
 	if err != nil {
