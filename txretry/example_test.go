@@ -124,3 +124,23 @@ func ExampleWithContentionKeys() {
 	// Output:
 	// <nil>
 }
+
+// Replicas of a service, each with its own pool and contention manager,
+// take turns on the accounts of a transfer through locks held by the
+// database. db must reach the server directly (not through PgBouncer) with
+// pgx's stdlib driver, lib/pq or go-sql-driver/mysql.
+func ExampleWithDatabaseKeyLocks() {
+	var db *sql.DB // sql.Open("pgx", dsn)
+	transfer := func(ctx context.Context, from, to int, amount int64) error {
+		return txretry.RunInTx(ctx, db, func(ctx context.Context, tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2", amount, from); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, to)
+			return err
+		}, txretry.WithIsolation(sql.LevelSerializable),
+			txretry.WithContentionKeys(fmt.Sprint("account:", from), fmt.Sprint("account:", to)),
+			txretry.WithDatabaseKeyLocks())
+	}
+	_ = transfer
+}
