@@ -116,9 +116,12 @@ const (
 	Cancelled
 	// Panicked: fn panicked; the transaction was rolled back and the panic goes on.
 	Panicked
+	// AlreadyCommitted: the call's idempotency key was already committed
+	// (ErrAlreadyCommitted); fn's effects were not committed by this call.
+	AlreadyCommitted
 )
 
-var outcomeNames = []string{"", "committed", "permanent_error", "exhausted", "uncertain", "cancelled", "panicked"}
+var outcomeNames = []string{"", "committed", "permanent_error", "exhausted", "uncertain", "cancelled", "panicked", "already_committed"}
 
 func (o Outcome) String() string { return enumName(outcomeNames, int(o), "Outcome") }
 
