@@ -78,7 +78,7 @@ type answer struct {
 // tally is what the campaign counts.
 type tally struct {
 	kills, commitKills, rounds                int
-	requests, submissions, resubmissions      int
+	requests, submissions, resubmissions      int // resubmissions: answered ones
 	resubmittedAfterApplied, alreadyAnswers   int
 	alreadyLost, appliedUnanswered, errAnswer int
 	anomalies                                 []string
@@ -90,8 +90,12 @@ func (c *tally) anomaly(format string, args ...any) {
 	}
 }
 
-// newPerRound is how many new requests each child gets after the re-submissions.
-const newPerRound = 5
+// Each child gets batch requests: the oldest unanswered ones, and at least
+// newPerRound new ones.
+const (
+	batch       = 24
+	newPerRound = 4
+)
 
 func campaign(t *testing.T, path string) {
 	pg := path != "mysql"
@@ -163,8 +167,10 @@ func campaign(t *testing.T, path string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d kills of %d before the campaign's deadline", c.kills, target)
 		}
-		reqs := slices.Clone(pending)
-		for range newPerRound {
+		// The oldest unanswered requests first, new ones to fill the batch.
+		old := min(len(pending), batch-newPerRound)
+		reqs := slices.Clone(pending[:old])
+		for len(reqs) < batch {
 			reqs = append(reqs, next)
 			next++
 		}
@@ -177,7 +183,7 @@ func campaign(t *testing.T, path string) {
 				c.commitKills++
 			}
 		}
-		pending = stillPending(reqs, answers, handed, &c)
+		pending = append(stillPending(round, reqs, answers, handed, &c), pending[old:]...)
 	}
 	// Finish: re-submit what is left, without faults or kills.
 	for round := c.rounds + 1; len(pending) > 0; round++ {
@@ -185,12 +191,12 @@ func campaign(t *testing.T, path string) {
 			t.Fatalf("%d requests still unanswered after 5 rounds without kills", len(pending))
 		}
 		runChild(t, bin, env, round, pending, proxy, false, false, answers)
-		pending = stillPending(pending, answers, handed, &c)
+		pending = stillPending(round, pending, answers, handed, &c)
 	}
 	c.requests = next
 	check(t, direct, &c, answers)
-	t.Logf("%s: %d kills (%d with a COMMIT in flight) in %d rounds; %d requests, %d submissions, %d re-submissions; "+
-		"%d re-submissions of applied requests answered, %d of them ErrAlreadyCommitted; "+
+	t.Logf("%s: %d kills (%d with a COMMIT in flight) in %d rounds; %d requests, %d submissions, %d re-submissions answered; "+
+		"%d of them re-submissions of applied requests, %d of those ErrAlreadyCommitted; "+
 		"%d lost COMMITs answered ErrAlreadyCommitted; %d requests applied by a killed child before it answered; "+
 		"%d error answers (re-submitted); %d anomalies",
 		path, c.kills, c.commitKills, c.rounds, c.requests, c.submissions, c.resubmissions,
@@ -200,20 +206,20 @@ func campaign(t *testing.T, path string) {
 	}
 }
 
-// stillPending counts the submissions of reqs and returns those without a
-// final answer (ok or already committed).
-func stillPending(reqs []int, answers map[int][]answer, handed map[int]int, c *tally) []int {
+// stillPending counts the submissions of reqs in round and returns those
+// without a final answer (ok or already committed).
+func stillPending(round int, reqs []int, answers map[int][]answer, handed map[int]int, c *tally) []int {
 	var left []int
 	for _, i := range reqs {
 		handed[i]++
 		c.submissions++
-		if handed[i] > 1 {
-			c.resubmissions++
-		}
 		final := false
 		for _, a := range answers[i] {
 			if a.kind != "err" {
 				final = true
+			}
+			if a.round == round && handed[i] > 1 {
+				c.resubmissions++ // answered re-submissions only
 			}
 		}
 		if !final {
