@@ -53,7 +53,9 @@ const maxPlainKey = 64
 //     returns an error matching ErrAlreadyCommitted, not nil, because the
 //     committed key may also be a concurrent call's with the same key that
 //     ran after this call's transaction rolled back; either way the result
-//     stored under the key is the one to return.
+//     stored under the key is the one to return. Like WithCommitMarker,
+//     the probe needs a pool: on a single connection (*sql.Conn,
+//     *pgx.Conn) a lost COMMIT is reported as ErrCommitUncertain.
 //
 // The pattern end to end: fn stores the request's result (a receipt, the
 // new row's id) in the database, under the same key, in its own table;
