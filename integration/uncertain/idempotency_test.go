@@ -9,11 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/txretry/txretry/integration/internal/faultproxy"
 	"github.com/txretry/txretry/txretry"
-	"github.com/txretry/txretry/txretry/pgxretry"
 )
 
 const keyTable = "idem_keys"
@@ -74,43 +71,23 @@ func TestIdempotencyKeyLostCommit(t *testing.T) {
 // On a single connection, lost with the commit, the key's probe has no
 // connection to run on: the call reports the commit uncertain at once,
 // naming the key as the verifier, and a re-submission on a pool then finds
-// the key committed.
+// the key committed. The marker table, which prepare creates, has the key
+// table's shape.
 func TestIdempotencyKeyOnASingleConnection(t *testing.T) {
 	noLeaks(t)
-	_, direct, proxy, proxied := pgSetup(t)
-	ddl, err := txretry.IdempotencyKeysDDL(keyTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := direct.Exec(ddl); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.ConnectConfig(context.Background(), proxied)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	p := &path{name: "pgx-conn", pg: true, direct: direct, proxy: proxy, ph: pgPlaceholder}
 	var runs int32
-	proxy.Arm(faultproxy.DropAfterCommit)
-	start := time.Now()
-	err = pgxretry.RunInTx(context.Background(), conn, func(ctx context.Context, tx pgx.Tx) error {
-		return p.insert("single-key", &runs)(ctx, func(ctx context.Context, q string, args ...any) error {
-			_, err := tx.Exec(ctx, q, args...)
-			return err
-		})
-	}, txretry.WithIdempotencyKey(keyTable, "single-key"), txretry.WithVerifyTimeout(20*time.Second))
+	p, d, err := lostCommitOnOneConn(t, "single-key", &runs, txretry.WithIdempotencyKey(markerTable, "single-key"))
 	var ue *txretry.CommitUncertainError
 	if !errors.As(err, &ue) || ue.Verifier != "idempotency-key" || ue.VerifyErr == nil || !strings.Contains(ue.VerifyErr.Error(), "single connection") {
 		t.Fatalf("err = %v, want ErrCommitUncertain from the key saying the handle is a single connection", err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
+	if d > 5*time.Second {
 		t.Fatalf("took %v: verification should give up at once", d)
 	}
-	err = txretry.RunInTx(context.Background(), direct, func(context.Context, *sql.Tx) error {
+	err = txretry.RunInTx(context.Background(), p.direct, func(context.Context, *sql.Tx) error {
 		runs++
 		return nil
-	}, txretry.WithIdempotencyKey(keyTable, "single-key"))
+	}, txretry.WithIdempotencyKey(markerTable, "single-key"))
 	if !errors.Is(err, txretry.ErrAlreadyCommitted) || runs != 1 || p.count(t, "single-key") != 1 {
 		t.Fatalf("re-submission: %v after %d runs, want ErrAlreadyCommitted and the effect once", err, runs)
 	}
