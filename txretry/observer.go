@@ -116,8 +116,9 @@ const (
 	Cancelled
 	// Panicked: fn panicked; the transaction was rolled back and the panic goes on.
 	Panicked
-	// AlreadyCommitted: the call's idempotency key was already committed
-	// (ErrAlreadyCommitted); fn's effects were not committed by this call.
+	// AlreadyCommitted: the call's idempotency key was found committed
+	// (ErrAlreadyCommitted): fn was not run, or this call's COMMIT was lost
+	// and the key cannot tell its commit from a concurrent call's.
 	AlreadyCommitted
 )
 
