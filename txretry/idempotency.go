@@ -43,10 +43,12 @@ const maxPlainKey = 64
 //     ErrAlreadyCommitted;
 //   - concurrent calls with one key queue on the key's row lock: the first
 //     runs fn, the others wait for it to end and get ErrAlreadyCommitted if
-//     it committed, or run fn themselves if it rolled back (PostgreSQL
-//     under SERIALIZABLE may first report the collision as a serialization
-//     failure, which is retried like any other and then finds the key; on
-//     MySQL and MariaDB the wait is bounded by innodb_lock_wait_timeout);
+//     it committed, or run fn themselves if it rolled back (a collision
+//     reported as a serialization failure, as PostgreSQL may under
+//     SERIALIZABLE, or the deadlock (1213) MySQL and MariaDB report among
+//     waiting inserts when the first call rolls back, is retried like any
+//     other and then finds the key; on MySQL and MariaDB the wait is
+//     bounded by innodb_lock_wait_timeout);
 //   - a lost COMMIT is resolved through the key, as WithCommitMarker does
 //     with its token: the key is inserted again on a fresh connection and
 //     rolled back. Not committed: the call is retried. Committed: RunInTx
