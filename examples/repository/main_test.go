@@ -19,8 +19,7 @@ func TestMain(m *testing.M) { dbconntest.Main(m) }
 var storeOf = map[driver]string{pgxNative: "pgxstore", pgxStdlib: "pgstore", mysqlSQL: "mysqlstore"}
 
 // TestDemo places concurrent orders with every driver, through the code
-// sqlc generated for it, and asserts that no unit is lost or oversold and
-// that the conflicts were retried.
+// sqlc generated for it, and asserts that no unit is lost or oversold.
 func TestDemo(t *testing.T) {
 	tests := []struct {
 		engine     dbconn.Engine
@@ -72,8 +71,9 @@ func testDemo(t *testing.T, ns dbconn.Namespace, d driver, isolation string, cod
 	if rep.placed == 0 || len(rep.sampleLines) == 0 {
 		t.Errorf("%d orders placed, %d of them listed for %s; want some", rep.placed, len(rep.sampleLines), rep.sample)
 	}
-	// Eight customers ordering one product at once conflict: some
-	// attempts must have been aborted and run again.
+	// Every attempt is an order's first or follows a retryable error (how
+	// many conflicts a run meets varies; TestConflictRetried makes one
+	// for certain), and the errors are the engine's conflicts.
 	retries := 0
 	for code, n := range rep.retries {
 		if !slices.Contains(codes, code) {
@@ -81,8 +81,8 @@ func testDemo(t *testing.T, ns dbconn.Namespace, d driver, isolation string, cod
 		}
 		retries += n
 	}
-	if retries == 0 || rep.attempts != rep.placed+rep.outOfStock+retries {
-		t.Errorf("%d attempts for %d orders with %d retries; want some retries, and one attempt per order and per retry",
+	if rep.attempts != rep.placed+rep.outOfStock+retries {
+		t.Errorf("%d attempts for %d orders with %d retries; want one attempt per order and per retry",
 			rep.attempts, rep.placed+rep.outOfStock, retries)
 	}
 }
