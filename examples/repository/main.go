@@ -119,7 +119,7 @@ func runAll(ctx context.Context, servers []*dbconn.Server, findErr error, o opti
 		}
 	}
 	if !ok {
-		fmt.Fprintf(w, "\nFAIL: the invariant does not hold on every run (%v)\n", time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(w, "\nFAIL (%v)\n", time.Since(start).Round(time.Millisecond))
 		return 1
 	}
 	fmt.Fprintf(w, "\nok: the invariant holds on every run (%v)\n", time.Since(start).Round(time.Millisecond))
