@@ -92,10 +92,11 @@ func testDemo(t *testing.T, ns dbconn.Namespace, d driver, isolation string, cod
 func TestRun(t *testing.T) {
 	for _, e := range []dbconn.Engine{dbconn.Postgres, dbconn.MySQL} {
 		t.Run(e.String(), func(t *testing.T) {
-			dbconntest.EnvServer(t, e)
+			srv := dbconntest.EnvServer(t, e)
+			ns := dbconntest.Namespace(t, srv, "txretry_test_repository_run") // dropped when the test ends
 			db := map[dbconn.Engine]string{dbconn.Postgres: "postgres", dbconn.MySQL: "mysql"}[e]
 			var out bytes.Buffer
-			status := run([]string{"-db", db, "-namespace", "txretry_test_repository_run",
+			status := run([]string{"-db", db, "-namespace", ns.Name,
 				"-customers", "4", "-orders", "2", "-stock", "10"}, &out, &out)
 			t.Log("\n" + out.String())
 			if status != 0 || !strings.Contains(out.String(), "ok: the invariant holds on every run") {
