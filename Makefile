@@ -31,6 +31,11 @@ lint:
 	$(GO) vet ./...
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 
+## generate: regenerate the repository example's sqlc code and its sum (needs sqlc v1.31.1 on PATH, or SQLC=/path/to/sqlc)
+.PHONY: generate
+generate:
+	cd examples && $(GO) generate ./repository/...
+
 ## demo: concurrent SERIALIZABLE bank transfers on PostgreSQL and MySQL/MariaDB, with retries shown
 demo:
 	cd examples && $(GO) run ./bank

@@ -25,11 +25,16 @@ type Beginner interface {
 // whole transaction when PostgreSQL reports a serialization failure or a
 // deadlock, with the same semantics and options as txretry.RunInTx.
 //
-// The pgx.Tx that fn receives records the first error the server reports to
-// any of its statements. If fn swallows such an error and returns nil, the
-// server answers COMMIT with ROLLBACK (pgx.ErrTxCommitRollback); RunInTx then
+// The pgx.Tx that fn receives records the server error that aborted the
+// transaction: the last error its statements got, other than 25P02
+// (in_failed_sql_transaction), unless a later statement succeeded, as a
+// ROLLBACK TO SAVEPOINT does (an error fn handled through a savepoint is
+// forgotten). If fn swallows such an error and returns nil, the server
+// answers COMMIT with ROLLBACK (pgx.ErrTxCommitRollback); RunInTx then
 // returns an error that matches both, and retries when the swallowed error
-// was retryable. Calls of Commit or Rollback on that pgx.Tx by fn return
+// was retryable. Statements that fn runs through tx.Conn() bypass the
+// record: a COMMIT turned into ROLLBACK after them is returned as
+// pgx.ErrTxCommitRollback alone, and not retried. Calls of Commit or Rollback on that pgx.Tx by fn return
 // txretry.ErrTxEndedByFn and do nothing: RunInTx ends the transaction.
 //
 // What ctx governs: BEGIN, fn's statements (when fn passes the context it
@@ -153,20 +158,36 @@ func (a *attempt) QueryString(ctx context.Context, query string) (string, bool, 
 	return *s, true, nil
 }
 
-// recorder keeps the first server-reported error of an attempt.
+// recorder keeps the server error that left the attempt's transaction
+// aborted, as far as fn's statements show it.
+//
+// PostgreSQL aborts a transaction at its first failed statement; from then
+// on every statement fails with 25P02 (in_failed_sql_transaction) except
+// ROLLBACK TO SAVEPOINT, which recovers it. So: a server error other than
+// 25P02 is recorded; 25P02 leaves the record as it is; a statement that
+// succeeds clears it, because it shows the transaction is not aborted (an
+// error that fn handled through a savepoint no longer decides the COMMIT).
 type recorder struct {
 	mu  sync.Mutex
 	err error
 }
 
+// note records what err says about the transaction and returns err.
 func (r *recorder) note(err error) error {
-	if err != nil && pgerr.SQLState(err) != "" {
-		r.mu.Lock()
-		if r.err == nil {
-			r.err = err
-		}
-		r.mu.Unlock()
+	code := pgerr.SQLState(err)
+	switch {
+	case code == "25P02":
+		return err
+	case code == "" && err != nil && !errors.Is(err, pgx.ErrNoRows):
+		return err // a client-side error says nothing about the transaction
 	}
+	r.mu.Lock()
+	if code != "" {
+		r.err = err
+	} else {
+		r.err = nil // the statement succeeded (or found no rows)
+	}
+	r.mu.Unlock()
 	return err
 }
 
@@ -186,8 +207,8 @@ type recTx struct {
 
 func (t *recTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	tx, err := t.Tx.Begin(ctx)
-	if err != nil {
-		return nil, t.rec.note(err)
+	if t.rec.note(err) != nil {
+		return nil, err
 	}
 	return &recTx{Tx: tx, rec: t.rec}, nil
 }
@@ -203,7 +224,7 @@ func (t *recTx) Rollback(ctx context.Context) error {
 	if t.outer {
 		return txretry.ErrTxEndedByFn
 	}
-	return t.Tx.Rollback(ctx)
+	return t.rec.note(t.Tx.Rollback(ctx)) // ROLLBACK TO SAVEPOINT recovers the transaction
 }
 
 func (t *recTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {

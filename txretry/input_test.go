@@ -47,22 +47,6 @@ func TestTypedNilHandlesAreInvalid(t *testing.T) {
 	}
 }
 
-// A deadline that passes while BEGIN waits for a pooled connection is
-// reported as the context's error (DeadlineExceeded), not context.Canceled.
-func TestBeginReportsTheContextsOwnCause(t *testing.T) {
-	db := (&fakedb.Driver{}).DB()
-	defer db.Close()
-	db.SetMaxOpenConns(1)
-	busy, _ := db.Conn(context.Background())
-	defer busy.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	err := txretry.RunInTx(ctx, db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithoutContentionManager())
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v, want context.DeadlineExceeded (the caller's ctx.Err() is %v)", err, ctx.Err())
-	}
-}
-
 // Values that options accept must not panic or hang later: a nil inner
 // backoff counts as no delay, zero-value managers and budgets work as
 // documented, and a nil observer func is rejected up front.
@@ -99,33 +83,47 @@ func TestBadValuesInsideOptions(t *testing.T) {
 	}
 }
 
-// Describe of a typed nil error.
-func TestDescribeTypedNil(t *testing.T) {
-	var e *fakedb.SQLStateError
-	err := noPanic(t, func() error { _ = txretry.Describe(e); return nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// An observer that panics on AttemptStarted (after admission) must not keep
-// the gate's place.
-func TestObserverPanicLeavesTheGate(t *testing.T) {
-	m, _ := txretry.NewContentionManager(1)
+func TestInvalidInputGivesErrorsNotPanics(t *testing.T) {
 	db := (&fakedb.Driver{}).DB()
 	defer db.Close()
-	bad := txretry.ObserverFunc(func(_ context.Context, e txretry.Event) {
-		if e.Kind == txretry.AttemptStarted {
-			panic("observer bug")
-		}
-	})
-	_ = noPanic(t, func() error {
-		return txretry.RunInTx(context.Background(), db, func(context.Context, *sql.Tx) error { return nil },
-			txretry.WithContentionManager(m), txretry.WithObserver(bad))
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := txretry.RunInTx(ctx, db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(m)); err != nil {
-		t.Fatalf("err = %v: the call whose observer panicked kept its place in the gate", err)
+	fn := func(context.Context, *sql.Tx) error { return nil }
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"max attempts 0", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithMaxAttempts(0)) }},
+		{"max attempts negative", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithMaxAttempts(-3)) }},
+		{"nil backoff", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithBackoff(nil)) }},
+		{"zero budget", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithTimeBudget(0)) }},
+		{"negative attempt timeout", func() error {
+			return txretry.RunInTx(context.Background(), db, fn, txretry.WithAttemptTimeout(-time.Second))
+		}},
+		{"zero commit timeout", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithCommitTimeout(0)) }},
+		{"zero verify timeout", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithVerifyTimeout(0)) }},
+		{"bad isolation", func() error {
+			return txretry.RunInTx(context.Background(), db, fn, txretry.WithIsolation(sql.IsolationLevel(99)))
+		}},
+		{"nil classifier", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithClassifier(nil)) }},
+		{"nil retry-on", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithRetryOn(nil)) }},
+		{"nil clock", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithClock(nil)) }},
+		{"nil rand", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithRand(nil)) }},
+		{"nil observer", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithObserver(nil)) }},
+		{"nil verify", func() error { return txretry.RunInTx(context.Background(), db, fn, txretry.WithVerify(nil)) }},
+		{"marker injection", func() error {
+			return txretry.RunInTx(context.Background(), db, fn, txretry.WithCommitMarker("m; DROP TABLE x"))
+		}},
+		{"nil option", func() error { return txretry.RunInTx(context.Background(), db, fn, nil) }},
+		{"nil db", func() error { return txretry.RunInTx(context.Background(), nil, fn) }},
+		{"nil fn", func() error { return txretry.RunInTx(context.Background(), db, nil) }},
+		{"nil ctx", func() error { return txretry.RunInTx(nil, db, fn) }}, //nolint:staticcheck // testing bad input
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.call(); !errors.Is(err, txretry.ErrInvalidOption) {
+				t.Fatalf("err = %v, want ErrInvalidOption", err)
+			}
+		})
+	}
+	if st := db.Stats(); st.OpenConnections != 0 {
+		t.Fatalf("%d connections opened for invalid calls", st.OpenConnections)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/txretry/txretry/txretry"
@@ -38,5 +40,24 @@ func TestDescribe(t *testing.T) {
 	}
 	if !errors.Is(&txretry.CommitUncertainError{Err: io.EOF}, txretry.ErrCommitUncertain) {
 		t.Fatal("CommitUncertainError must match ErrCommitUncertain")
+	}
+}
+
+func TestErrorMessagesCarryCodesNotServerText(t *testing.T) {
+	secret := &fakedb.SQLStateError{Code: "40001", Message: "Key (email)=(alice@example.com) conflicts"}
+	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(1000, secret)})
+	var calls atomic.Int32
+	err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), f.opts(txretry.WithMaxAttempts(2))...)
+	if msg := err.Error(); strings.Contains(msg, "alice") || !strings.Contains(msg, "SQLSTATE 40001") {
+		t.Fatalf("message %q: want the SQLSTATE and no server text", msg)
+	}
+}
+
+// Describe of a typed nil error.
+func TestDescribeTypedNil(t *testing.T) {
+	var e *fakedb.SQLStateError
+	err := noPanic(t, func() error { _ = txretry.Describe(e); return nil })
+	if err != nil {
+		t.Fatal(err)
 	}
 }

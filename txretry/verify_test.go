@@ -2,6 +2,7 @@ package txretry_test
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"io"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/internal/fakedb"
 )
@@ -209,5 +209,134 @@ func TestCommitMarkerSkipsReadOnlyTransactions(t *testing.T) {
 	}
 	if calls.Load() != 2 {
 		t.Fatalf("fn ran %d times, want 2: the lost commit of a read-only transaction is re-run", calls.Load())
+	}
+}
+
+func TestVerifyCallback(t *testing.T) {
+	lost := errors.New("invalid connection")
+	for _, tc := range []struct {
+		name       string
+		answers    []verifyAnswer
+		wantErr    error // nil: success
+		wantCalls  int32
+		wantVerify int32
+	}{
+		{"committed", []verifyAnswer{{committed: true}}, nil, 1, 1},
+		{"not committed re-runs", []verifyAnswer{{}}, nil, 2, 1},
+		{"error then committed", []verifyAnswer{{err: io.EOF}, {err: io.EOF}, {committed: true}}, nil, 1, 3},
+		{"always failing", []verifyAnswer{{err: io.EOF}}, txretry.ErrCommitUncertain, 1, -1},
+		{"panicking", []verifyAnswer{{panics: true}}, txretry.ErrCommitUncertain, 1, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, &fakedb.Driver{OnCommit: func(n int) error {
+				if n == 1 {
+					return lost
+				}
+				return nil
+			}})
+			var verifies atomic.Int32
+			verify := func(ctx context.Context) (bool, error) {
+				i := int(verifies.Add(1)) - 1
+				a := tc.answers[min(i, len(tc.answers)-1)]
+				if a.panics {
+					panic("verifier bug")
+				}
+				return a.committed, a.err
+			}
+			var calls atomic.Int32
+			err := txretry.RunInTx(context.Background(), f.db, execFn(&calls),
+				f.opts(txretry.WithVerify(verify), txretry.WithVerifyTimeout(time.Second))...)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if calls.Load() != tc.wantCalls || (tc.wantVerify >= 0 && verifies.Load() != tc.wantVerify) {
+				t.Fatalf("fn ran %d times, verify %d times; want %d, %d", calls.Load(), verifies.Load(), tc.wantCalls, tc.wantVerify)
+			}
+			var ue *txretry.CommitUncertainError
+			if tc.wantErr != nil && (!errors.As(err, &ue) || ue.Verifier != "callback" || ue.VerifyErr == nil || !errors.Is(err, lost)) {
+				t.Fatalf("err = %#v, want the commit error and the verifier's error", err)
+			}
+		})
+	}
+}
+
+type verifyAnswer struct {
+	committed bool
+	err       error
+	panics    bool
+}
+
+func TestVerifierBookkeepingIgnoresCancellationAfterFnReturned(t *testing.T) {
+	f := newFixture(t, &fakedb.Driver{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err := txretry.RunInTx(ctx, f.db, func(ctx context.Context, tx *sql.Tx) error {
+		cancel() // the caller goes away as fn returns
+		return nil
+	}, f.opts(txretry.WithCommitMarker("txretry_markers"))...)
+	if err != nil || f.drv.Stats().Commits != 1 {
+		t.Fatalf("err=%v commits=%d: the marker insert and COMMIT must not observe the cancellation", err, f.drv.Stats().Commits)
+	}
+}
+
+// TestVerificationStaysWithinTheTimeBudgetAndContext: verifying an uncertain
+// commit ends with the time budget or the caller's context, long before the
+// verification timeout.
+func TestVerificationStaysWithinTheTimeBudgetAndContext(t *testing.T) {
+	blockingVerify := txretry.WithVerify(func(ctx context.Context) (bool, error) {
+		<-ctx.Done()
+		return false, ctx.Err()
+	})
+	for _, tc := range []struct {
+		name   string
+		opts   []txretry.Option
+		cancel bool
+	}{
+		{"time budget", []txretry.Option{txretry.WithTimeBudget(50 * time.Millisecond)}, false},
+		{"caller's cancellation", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, &fakedb.Driver{OnCommit: lostFirstCommit})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.cancel {
+				time.AfterFunc(50*time.Millisecond, cancel)
+			}
+			start := time.Now()
+			var calls atomic.Int32
+			err := txretry.RunInTx(ctx, f.db, execFn(&calls), f.opts(append(tc.opts, blockingVerify, txretry.WithVerifyTimeout(20*time.Second))...)...)
+			if elapsed := time.Since(start); elapsed > 10*time.Second {
+				t.Fatalf("verification took %v, want it cut short at about 50ms", elapsed)
+			}
+			var ue *txretry.CommitUncertainError
+			if !errors.As(err, &ue) || ue.VerifyErr == nil || calls.Load() != 1 {
+				t.Fatalf("err = %v after %d calls, want ErrCommitUncertain with the verifier's error after 1", err, calls.Load())
+			}
+		})
+	}
+}
+
+func TestPurgeCommitMarkersSQL(t *testing.T) {
+	got, err := txretry.PurgeCommitMarkersSQL("app.txretry_markers", 90*time.Minute+500*time.Millisecond)
+	want := "DELETE FROM app.txretry_markers WHERE created_at < LOCALTIMESTAMP - INTERVAL '5400' SECOND"
+	if err != nil || got != want {
+		t.Fatalf("PurgeCommitMarkersSQL = %q, %v; want %q", got, err, want)
+	}
+	for _, tc := range []struct {
+		name      string
+		table     string
+		olderThan time.Duration
+	}{
+		{"injection", "m; DROP TABLE users", time.Hour},
+		{"empty table", "", time.Hour},
+		{"quoted", `"m"`, time.Hour},
+		{"under a second", "m", 999 * time.Millisecond},
+		{"negative", "m", -time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if s, err := txretry.PurgeCommitMarkersSQL(tc.table, tc.olderThan); !errors.Is(err, txretry.ErrInvalidOption) || s != "" {
+				t.Fatalf("PurgeCommitMarkersSQL(%q, %v) = %q, %v; want ErrInvalidOption", tc.table, tc.olderThan, s, err)
+			}
+		})
 	}
 }
