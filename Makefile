@@ -2,8 +2,8 @@
 GO ?= go
 RACE ?= -race
 # Nested modules: each has its own go.mod so that library users never get
-# their dependencies (testcontainers, OpenTelemetry) in their module graph.
-MODULES := $(patsubst %/go.mod,%,$(wildcard integration/go.mod examples/go.mod txretry/otelretry/go.mod))
+# their dependencies (testcontainers, OpenTelemetry, sqlx) in their module graph.
+MODULES := $(patsubst %/go.mod,%,$(wildcard integration/go.mod examples/go.mod txretry/otelretry/go.mod txretry/sqlxretry/go.mod))
 
 PG_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
@@ -30,6 +30,11 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+
+## generate: regenerate the repository example's sqlc code and its sum (needs sqlc v1.31.1 on PATH, or SQLC=/path/to/sqlc)
+.PHONY: generate
+generate:
+	cd examples && $(GO) generate ./repository/...
 
 ## demo: concurrent SERIALIZABLE bank transfers on PostgreSQL and MySQL/MariaDB, with retries shown
 demo:

@@ -151,8 +151,10 @@
 // adapter, and QueryString on the transaction (for
 // WithXactStatusVerification). A Commit that knows its error proves
 // nothing was committed wraps it with NotCommitted; other COMMIT errors
-// are judged by the rules above. Run has RunInTx's options and semantics;
-// see the Run example.
+// are judged by the rules above. Adapters of libraries built on
+// database/sql (sqlx, bun) get RunInTx's transaction handling from SQLTx
+// and BeginSQL, as package sqlxretry does. Run has RunInTx's options and
+// semantics; see the Run example.
 //
 // # Panics and leaks
 //

@@ -56,9 +56,10 @@ func sameKey(a, b any) bool {
 	return ta == tb && ta.Comparable() && a == b
 }
 
-// run is the engine behind Run: it checks the call, joins an enclosing
-// call's transaction on the same handle, or runs the call's attempts.
-func run(ctx context.Context, a adapter, opts []Option) error {
+// enter is the engine's entry, behind Run: it checks the call, then joins
+// an enclosing call's transaction on the same handle or runs the call's
+// retry loop.
+func enter(ctx context.Context, a adapter, opts []Option) error {
 	if ctx == nil {
 		return errors.Join(ErrInvalidOption, errors.New("txretry: nil context"))
 	}
@@ -94,7 +95,7 @@ func run(ctx context.Context, a adapter, opts []Option) error {
 		cm = nil // already admitted by the enclosing call: queueing again would deadlock
 	}
 	c := &call{cfg: cfg, a: a, key: h, cm: cm, parent: outer, minDur: -1}
-	return c.run(ctx)
+	return c.loop(ctx)
 }
 
 // managerOf returns the contention manager of a call: the one chosen by an
@@ -151,9 +152,9 @@ type result struct {
 	state string // verifier's state recorded before COMMIT
 }
 
-// run is the retry loop: admit, attempt, classify, decide, wait or verify,
-// report.
-func (c *call) run(ctx context.Context) error {
+// loop is the retry loop: admit, attempt, classify, decide, wait or
+// verify, report.
+func (c *call) loop(ctx context.Context) error {
 	cfg := c.cfg
 	c.start = cfg.clock.Now()
 	c.ticket.since = c.start

@@ -1,4 +1,5 @@
--- The schema sqlc would read (package store is written to match it).
+-- The tables on PostgreSQL: sqlc's schema for packages pgstore and pgxstore,
+-- and the DDL the service runs at Setup.
 CREATE TABLE products (
     sku   TEXT PRIMARY KEY,
     name  TEXT NOT NULL,
