@@ -80,7 +80,11 @@ func enter(ctx context.Context, a adapter, opts []Option) error {
 	// A nested call on the same handle joins the outer transaction and
 	// leaves retrying to the outermost call.
 	outer, _ := ctx.Value(txCtxKey{}).(*txCtxVal)
-	if outer != nil && sameKey(outer.key, h) {
+	nested := outer != nil && sameKey(outer.key, h)
+	if err := checkIdempotency(cfg, nested); err != nil {
+		return err
+	}
+	if nested {
 		return a.join(ctx, outer.tx)
 	}
 	cm, err := managerOf(a, cfg, h)
@@ -138,6 +142,7 @@ const (
 	resRetryable
 	resPermanent
 	resUncertain
+	resAlready // the idempotency key is already committed
 )
 
 // result is one attempt's outcome.
@@ -206,7 +211,7 @@ func (c *call) loop(ctx context.Context) error {
 
 		// Attempt and classify.
 		res, dur := c.attempt(ctx, attempt, queued)
-		if res.kind != resCommitted {
+		if res.kind != resCommitted && res.kind != resAlready {
 			c.observeFailure(ctx, attempt, res, dur)
 		}
 
@@ -216,6 +221,8 @@ func (c *call) loop(ctx context.Context) error {
 			return finish(Committed, nil)
 		case resPermanent:
 			return finish(PermanentError, res.err)
+		case resAlready:
+			return finish(AlreadyCommitted, ErrAlreadyCommitted)
 		case resUncertain:
 			if cfg.verifier == nil {
 				return finish(CommitUncertain, &CommitUncertainError{Attempts: attempt, Err: res.err})
@@ -223,6 +230,9 @@ func (c *call) loop(ctx context.Context) error {
 			committed, verr := c.verify(ctx, res.state)
 			if verr != nil {
 				return finish(CommitUncertain, &CommitUncertainError{Attempts: attempt, Err: res.err, Verifier: cfg.verifier.name(), VerifyErr: verr})
+			}
+			if committed && cfg.idem != nil {
+				return finish(AlreadyCommitted, errCommitLostKeyFound)
 			}
 			if committed {
 				return finish(Committed, nil)
@@ -428,6 +438,16 @@ func (c *call) transaction(ctx context.Context, n int) result {
 	tx, err := c.a.begin(ctx, cfg.txOpts)
 	if err != nil {
 		return c.classify(err)
+	}
+	if cfg.idem != nil {
+		already, err := cfg.idem.claim(ctx, tx)
+		if already || err != nil {
+			c.rollback(ctx, tx)
+			if already {
+				return result{kind: resAlready}
+			}
+			return c.classify(err)
+		}
 	}
 	fnCtx := context.WithValue(ctx, txCtxKey{}, &txCtxVal{key: c.key, tx: tx, attempt: n, gate: c.cm, parent: c.parent})
 	if cfg.attemptTimeout > 0 {
