@@ -213,8 +213,8 @@ func TestTransfersAreReproducible(t *testing.T) {
 	}
 }
 
-// TiDB's SERIALIZABLE is snapshot isolation: its workloads read with
-// locking reads, the others with plain ones.
+// TiDB's workloads read with locking reads (see driverSpec.lockingReads),
+// the others with plain ones.
 func TestTiDBWorkloadsLockTheirReads(t *testing.T) {
 	for _, ws := range allWorkloads {
 		for _, ds := range allDrivers {
