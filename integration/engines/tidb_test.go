@@ -590,6 +590,38 @@ func TestTiDBLostCommit(t *testing.T) {
 	}
 }
 
+// TestTiDBCommitMarkerOptimisticLazyCheck shows why WithCommitMarker needs
+// tidb_constraint_check_in_place = ON in optimistic mode. With TiDB's
+// default (OFF), an optimistic INSERT of an existing key succeeds and the
+// duplicate is reported only at COMMIT; the verifier's probe is rolled
+// back, so it never sees the duplicate. A COMMIT whose reply was lost after
+// TiDB committed is then verified "not committed" and run again: the
+// effect is applied twice. The test pins that outcome so that a change in
+// TiDB or in the verifier shows up here.
+func TestTiDBCommitMarkerOptimisticLazyCheck(t *testing.T) {
+	checkLeaks(t)
+	d := newTiDB(t)
+	d.effects(t)
+	proxy, err := faultproxy.Start(d.cfg.Addr, faultproxy.MySQL)
+	if err != nil {
+		t.Fatalf("faultproxy: %v", err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	db := d.openAt(t, proxy.Addr(), append([]string{"tidb_constraint_check_in_place", "0"}, optimistic...)...)
+	obs := newCounter()
+	var runs atomic.Int32
+	proxy.Arm(faultproxy.DropAfterCommit)
+	err = insertEffect(db, "lazy", &runs, txretry.WithCommitMarker(markerTable), txretry.WithObserver(obs))
+	if err != nil {
+		t.Fatalf("RunInTx: %s", errChain(err))
+	}
+	if obs.verifications(txretry.VerifiedNotCommitted) != 1 || runs.Load() != 2 || d.count(t, "lazy") != 2 {
+		t.Errorf("%s, %d runs, effect applied %d times; want the wrong verdict (not committed), 2 runs and 2 effects",
+			obs, runs.Load(), d.count(t, "lazy"))
+	}
+	waitIdle(t, db)
+}
+
 // checkLostCommit checks the outcome of a call whose COMMIT was lost.
 func checkLostCommit(t *testing.T, d *tidbDB, id string, err error, runs int32, obs *counter, verifier string, committed bool) {
 	t.Helper()
