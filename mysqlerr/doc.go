@@ -68,7 +68,9 @@
 //   - 8022: the commit failed and the transaction was rolled back; TiDB says
 //     the application can safely retry it.
 //   - 8028: the table schema changed while the transaction ran; TiDB says
-//     the whole transaction can be retried.
+//     the whole transaction can be retried. At COMMIT it means the
+//     transaction was rolled back: TiDB checks the schema before the commit
+//     point.
 //   - 1062: duplicate key. 1064: syntax error. Neither is transient.
 //   - 1047: with Galera, "WSREP has not yet prepared node for application
 //     use": the node is not in the primary component or not synced.
@@ -87,7 +89,7 @@
 //	MariaDB                  1213                     1205, 1020                    a lost connection
 //	MariaDB Galera           1213 (certification)     1205                          a lost connection, a node dying during COMMIT
 //	MySQL Group Replication  1213 (as MySQL)          1205, 3101                    a lost connection
-//	TiDB                     1213 (pessimistic mode)  9007, 8002, 8005, 8022, 8028  a lost connection
+//	TiDB                     1213 (pessimistic mode)  9007, 8002, 8005, 8022, 8028  a lost connection, TiDB's "result undetermined"
 //
 // Notes:
 //
@@ -95,6 +97,34 @@
 //   - Galera reports most certification failures at COMMIT; 1047 (a node
 //     outside the Primary component) is not retried.
 //   - TiDB's optimistic transactions report their conflicts at COMMIT.
+//   - TiDB's "execution result undetermined" (its internal error
+//     ErrResultUndetermined, class global, code 2: the store's answer to
+//     committing the primary key was lost) never reaches the client as an
+//     error number: TiDB closes the connection instead, so go-sql-driver
+//     reports "invalid connection" and the commit is uncertain.
+//
+// # Seen from a real server, or documentation only
+//
+// The integration tests (integration/engines) run against real MySQL,
+// MariaDB, MariaDB Galera and TiDB servers. From TiDB (built from its
+// source of 26 November 2025, unistore store) they saw:
+//
+//	1213  pessimistic mode, a lock cycle: "Deadlock found when trying to get lock; try restarting transaction"
+//	9007  optimistic mode, at COMMIT: "Write conflict, txnStartTS=…, conflictStartTS=…, …, reason=Optimistic [try again later]"
+//	9007  pessimistic mode under SERIALIZABLE (tidb_skip_isolation_level_check=1), at the UPDATE of a row read without FOR UPDATE that another transaction changed: "… reason=PessimisticRetry [try again later]"
+//	8028  at COMMIT, after another session's ALTER TABLE on a written table, with tidb_enable_metadata_lock=OFF (with it ON, the default, the DDL waits instead): "Information schema is changed during the execution of the statement(…). … [try again later]"
+//	none  "result undetermined", made with a TiDB failpoint: the connection closed without an error packet
+//
+// Documentation only (never seen from a server here): TiDB's 8002 (TiDB
+// returns it only from its own automatic retry of optimistic transactions,
+// which current versions no longer let a session turn on:
+// tidb_disable_txn_auto_retry = OFF is accepted with a warning and
+// ignored), 8005 (raised by the local latches that TiDB's
+// txn-local-latches setting enabled, a setting current versions no longer
+// have) and 8022 (TiKV's retryable key errors, such as a commit
+// whose lock another transaction has already resolved). MySQL Group
+// Replication (3101 and its 1213) has never been run here: documentation
+// only, as are CockroachDB and YugabyteDB in package pgerr.
 //
 // # Sources
 //
