@@ -49,11 +49,18 @@
 //
 // # Drivers
 //
-// pgx (native, pgxpool), mysql (database/sql with go-sql-driver/mysql) and
-// pgxstdlib (database/sql with pgx's stdlib driver). The DSNs come from
-// TXRETRY_PG_DSN and TXRETRY_MYSQL_DSN; -pg-dsn and -mysql-dsn override them.
-// The MySQL DSN gets interpolateParams=true unless it sets it, to spare the
-// prepare round trips on a machine whose CPU the servers share.
+// pgx (native, pgxpool), mysql (database/sql with go-sql-driver/mysql),
+// pgxstdlib (database/sql with pgx's stdlib driver) and tidb (go-sql-driver
+// on a TiDB server, not in the default -driver list). The DSNs come from
+// TXRETRY_PG_DSN, TXRETRY_MYSQL_DSN and TXRETRY_TIDB_DSN; -pg-dsn,
+// -mysql-dsn and -tidb-dsn override them. The MySQL DSN gets
+// interpolateParams=true unless it sets it, to spare the prepare round trips
+// on a machine whose CPU the servers share. The TiDB connections run in
+// pessimistic mode with tidb_skip_isolation_level_check=1 (TiDB refuses
+// SERIALIZABLE otherwise and runs it as snapshot isolation), and TiDB's
+// workloads read their rows with SELECT … FOR UPDATE: without it TiDB fails
+// a read-then-write with 9007 under SERIALIZABLE, or loses updates under
+// its other levels.
 //
 // # Method
 //
