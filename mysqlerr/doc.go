@@ -37,6 +37,7 @@
 //	1064    ER_PARSE_ERROR                         constant  [MySQL-ERR]
 //	1047    ER_UNKNOWN_COM_ERROR (Galera)          constant  [MySQL-ERR], [Galera]
 //	1180    ER_ERROR_DURING_COMMIT                 constant  [MySQL-ERR], [MariaDB-ERR]
+//	2       TiDB ErrResultUndetermined             (none)    [TiDB-SRC]; never sent, see below
 //
 // What the numbers mean for a transaction:
 //
@@ -100,8 +101,11 @@
 //   - TiDB's "execution result undetermined" (its internal error
 //     ErrResultUndetermined, class global, code 2: the store's answer to
 //     committing the primary key was lost) never reaches the client as an
-//     error number: TiDB closes the connection instead, so go-sql-driver
-//     reports "invalid connection" and the commit is uncertain.
+//     error number: TiDB's server closes the connection instead of sending
+//     it (pkg/server/conn.go), so go-sql-driver reports "invalid
+//     connection" and the commit is uncertain. Were it sent, it would carry
+//     the number 2 (TiDB registers its code as the MySQL number), which
+//     txretry counts as uncertain at COMMIT too.
 //
 // # Seen from a real server, or documentation only
 //
@@ -113,16 +117,19 @@
 //	9007  optimistic mode, at COMMIT: "Write conflict, txnStartTS=…, conflictStartTS=…, …, reason=Optimistic [try again later]"
 //	9007  pessimistic mode under SERIALIZABLE (tidb_skip_isolation_level_check=1), at the UPDATE of a row read without FOR UPDATE that another transaction changed: "… reason=PessimisticRetry [try again later]"
 //	8028  at COMMIT, after another session's ALTER TABLE on a written table, with tidb_enable_metadata_lock=OFF (with it ON, the default, the DDL waits instead): "Information schema is changed during the execution of the statement(…). … [try again later]"
-//	none  "result undetermined", made with a TiDB failpoint: the connection closed without an error packet
+//	8022  at COMMIT, made by a TiDB failpoint (mockCommitError8942) that fails COMMIT before committing: "Error: KV error safe to retry %s [try again later]"
 //
-// Documentation only (never seen from a server here): TiDB's 8002 (TiDB
+// Not provoked: TiDB's "result undetermined" (the failpoint of the embedded
+// store that makes one leaves the server unable to reach its store, so what
+// is said of it above comes from TiDB's source). Documentation only (never
+// seen from a server here): TiDB's 8002 (TiDB
 // returns it only from its own automatic retry of optimistic transactions,
 // which current versions no longer let a session turn on:
 // tidb_disable_txn_auto_retry = OFF is accepted with a warning and
 // ignored), 8005 (raised by the local latches that TiDB's
 // txn-local-latches setting enabled, a setting current versions no longer
-// have) and 8022 (TiKV's retryable key errors, such as a commit
-// whose lock another transaction has already resolved). MySQL Group
+// have); 8022 as TiKV's retryable key errors cause it, such as a commit
+// whose lock another transaction has already resolved. MySQL Group
 // Replication (3101 and its 1213) has never been run here: documentation
 // only, as are CockroachDB and YugabyteDB in package pgerr.
 //
@@ -137,6 +144,8 @@
 //     reported as deadlocks; node not ready).
 //   - [MySQL-GR]: MySQL Reference Manual, "Group Replication".
 //   - [TiDB-ERR]: TiDB documentation, "Error Codes and Troubleshooting".
+//   - [TiDB-SRC]: TiDB's source: pkg/parser/terror (ErrResultUndetermined)
+//     and pkg/server/conn.go (the connection closed instead of an error).
 //
 // [MySQL-ERR]: https://dev.mysql.com/doc/mysql-errors/8.4/en/server-error-reference.html
 // [InnoDB-ERR]: https://dev.mysql.com/doc/refman/8.4/en/innodb-error-handling.html

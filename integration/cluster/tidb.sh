@@ -28,8 +28,9 @@
 #
 # The build enables TiDB's failpoints (failpoint-ctl, as TiDB's own test
 # builds do); they stay off unless named in GO_FAILPOINTS. start enables
-# one: the status port's /fail/ API, with which a test can make one COMMIT
-# return TiDB's "execution result undetermined" error. Data, logs and
+# one: the status port's /fail/ API, with which a test makes one COMMIT
+# fail with 8022 (ErrTxnRetryable), which TiDB otherwise raises only on
+# TiKV's retryable key errors. Data, logs and
 # temporary files live in a temporary directory recorded in .run/tidb.state;
 # .run/env exports TXRETRY_TIDB_DSN and TXRETRY_TIDB_STATUS.
 set -euo pipefail

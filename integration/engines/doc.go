@@ -4,8 +4,8 @@
 // commits lost on a dying node, the commit-marker verifier on another node),
 // PgBouncer in transaction pooling mode (pgx query modes, both built-in
 // verifiers through the pooler) and TiDB (pessimistic deadlocks, optimistic
-// conflicts at COMMIT, schema changes, lost commits and TiDB's own
-// "result undetermined").
+// conflicts and schema changes at COMMIT, lost commits, the commit-marker
+// verifier in both transaction modes).
 //
 // The servers are started by the scripts in integration/cluster, which write
 // the environment the tests read:
@@ -20,7 +20,8 @@
 // the PostgreSQL server of TXRETRY_PG_DSN (the tests create a database there
 // and reach it through PgBouncer's wildcard entry). TXRETRY_TIDB_DSN is a
 // go-sql-driver DSN of a TiDB server, TXRETRY_TIDB_STATUS the host:port of
-// its status API, whose failpoints one test sets (tidb.sh's build has them). A test whose variable is
+// its status API, through which one test sets a failpoint (tidb.sh's build
+// has them). A test whose variable is
 // unset is skipped, or fails when CI is true. The tests that stop, freeze or
 // kill a node need the cluster started by galera.sh, which they drive, and
 // leave it whole again (all three nodes Synced) when they end.

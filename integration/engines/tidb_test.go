@@ -673,12 +673,6 @@ func waitIdle(t *testing.T, db *sql.DB) {
 	}
 }
 
-// commitUndetermined is the failpoint of TiDB's embedded store (unistore)
-// that applies a commit RPC and then reports it as failed with TiDB's
-// "execution result undetermined" error (terror.ErrResultUndetermined), as
-// a real store does when its answer to the primary key's commit is lost.
-const commitUndetermined = "github.com/pingcap/tidb/pkg/store/mockstore/unistore/rpcCommitTimeout"
-
 // failpoint sets (term non-empty) or removes a failpoint through TiDB's
 // status API, which tidb.sh enables. It reports false if the server has no
 // failpoint API (a build without failpoints).
@@ -703,64 +697,95 @@ func failpoint(t *testing.T, status, name, term string) bool {
 	switch {
 	case resp.StatusCode == http.StatusNotFound && strings.Contains(string(msg), "404 page not found"):
 		return false
+	case method == http.MethodDelete && resp.StatusCode == http.StatusBadRequest && strings.Contains(string(msg), "failed to delete failpoint"):
+		return true // it was not set
 	case resp.StatusCode/100 != 2:
 		t.Fatalf("failpoint API: %s %s: %s %q", method, name, resp.Status, msg)
 	}
 	return true
 }
 
-// TestTiDBResultUndetermined: TiDB's own "execution result undetermined"
-// error (terror.ErrResultUndetermined, class global, code 2), which it
-// returns when the store's answer to committing the primary key is lost.
-// TiDB never sends it to the client: its server closes the connection
-// instead, without an error packet (server/conn.go), so go-sql-driver
-// reports "invalid connection" with no error number and txretry treats the
-// commit as uncertain. The failpoint applies the commit before failing,
-// so the verifier must find the transaction committed and not re-run it.
-// Async commit and one-phase commit are off on the test's pool: with them
-// the outcome is decided at prewrite and the commit RPC's answer does not
-// reach the client.
-func TestTiDBResultUndetermined(t *testing.T) {
+// commitTxnRetryable is the failpoint of TiDB's session that fails a
+// COMMIT with 8022 (ErrTxnRetryable) before committing anything.
+const commitTxnRetryable = "github.com/pingcap/tidb/pkg/session/mockCommitError8942"
+
+// TestTiDBTxnRetryableAtCommit: 8022 (ErrTxnRetryable, "KV error safe to
+// retry"), which TiDB derives from TiKV's retryable key errors, made here
+// by a failpoint of TiDB's session that returns it from COMMIT before
+// committing. It is opt-in and proves a rollback at COMMIT: returned
+// untouched by default, retried to success with IsTiDBRetryable.
+func TestTiDBTxnRetryableAtCommit(t *testing.T) {
 	checkLeaks(t)
-	status := requireEnv(t, envTiDBStatus, "tidb.sh")
 	d := newTiDB(t)
+	status := tidbFailpoints(t, d)
 	d.effects(t)
-	db := d.open(t, "tidb_enable_async_commit", "0", "tidb_enable_1pc", "0")
-	if !failpoint(t, status, commitUndetermined, "") {
+	db := d.open(t)
+	t.Run("default", func(t *testing.T) {
+		onFailpoint(t, d, status, commitTxnRetryable, func(id string) bool {
+			var runs atomic.Int32
+			err := insertEffect(db, id, &runs)
+			if err == nil {
+				return false
+			}
+			var re *txretry.RetryError
+			if n, _ := mysqlerr.Number(err); n != mysqlerr.TiDBTxnRetryable || errors.As(err, &re) ||
+				errors.Is(err, txretry.ErrCommitUncertain) || runs.Load() != 1 {
+				t.Fatalf("err %s after %d runs; want 8022 untouched after 1", errChain(err), runs.Load())
+			}
+			if got := d.count(t, id); got != 0 {
+				t.Errorf("effect applied %d times, want 0", got)
+			}
+			return true
+		})
+	})
+	t.Run("IsTiDBRetryable", func(t *testing.T) {
+		onFailpoint(t, d, status, commitTxnRetryable, func(id string) bool {
+			obs := newCounter()
+			var runs atomic.Int32
+			err := insertEffect(db, id, &runs, txretry.WithRetryOn(mysqlerr.IsTiDBRetryable), txretry.WithObserver(obs))
+			if err != nil {
+				t.Fatalf("RunInTx: %s", errChain(err))
+			}
+			if obs.failed("8022") == 0 {
+				return false
+			}
+			if got := d.count(t, id); runs.Load() != 2 || got != 1 {
+				t.Errorf("%d runs, effect applied %d times; want 2 runs, applied once (%s)", runs.Load(), got, obs)
+			}
+			return true
+		})
+	})
+	waitIdle(t, db)
+}
+
+// tidbFailpoints returns TiDB's status address after checking that the
+// server has the failpoint API, or skips (fails under CI) the test.
+func tidbFailpoints(t *testing.T, d *tidbDB) string {
+	t.Helper()
+	status := requireEnv(t, envTiDBStatus, "tidb.sh")
+	if !failpoint(t, status, commitTxnRetryable, "") {
 		unavailable(t, "the TiDB server at "+status+" has no failpoint API: start it with integration/cluster/tidb.sh, whose build enables failpoints")
 	}
-	t.Cleanup(func() { failpoint(t, status, commitUndetermined, "") })
-	for _, verifier := range []string{"none", "commit-marker"} {
-		t.Run(verifier, func(t *testing.T) {
-			// TiDB's background transactions (statistics, TTL) can take
-			// the failpoint's one shot: arm it again when the call
-			// committed normally.
-			for try := 1; ; try++ {
-				id := fmt.Sprintf("undetermined-%s-%d", verifier, try)
-				obs := newCounter()
-				opts := []txretry.Option{txretry.WithObserver(obs), txretry.WithVerifyTimeout(20 * time.Second)}
-				if verifier == "commit-marker" {
-					opts = append(opts, txretry.WithCommitMarker(markerTable))
-				}
-				var runs atomic.Int32
-				failpoint(t, status, commitUndetermined, "1*return(true)")
-				err := insertEffect(db, id, &runs, opts...)
-				failpoint(t, status, commitUndetermined, "")
-				if err == nil && obs.verifications(txretry.VerifiedCommitted) == 0 {
-					if try == 5 {
-						t.Fatalf("5 calls committed without the failpoint firing on them (%s)", obs)
-					}
-					d.exec(t, "DELETE FROM effects WHERE id = '"+id+"'")
-					continue
-				}
-				if _, ok := mysqlerr.Number(err); ok {
-					t.Errorf("err %s carries an error number: TiDB sent an error packet", errChain(err))
-				}
-				t.Logf("try %d: %s; %s", try, errChain(err), obs)
-				checkLostCommit(t, d, id, err, runs.Load(), obs, verifier, true)
-				break
-			}
-		})
+	return status
+}
+
+// onFailpoint arms failpoint name for one shot, runs call with a fresh
+// effect id and disarms it. TiDB's background transactions (statistics,
+// TTL) can take the shot: while call reports that the failpoint did not
+// hit it, its effect is deleted and the failpoint armed again, up to 5
+// times.
+func onFailpoint(t *testing.T, d *tidbDB, status, name string, call func(id string) (hit bool)) {
+	t.Helper()
+	t.Cleanup(func() { failpoint(t, status, name, "") })
+	for try := 1; try <= 5; try++ {
+		id := fmt.Sprintf("fp-%d-%s", try, randomHex(4))
+		failpoint(t, status, name, "1*return(true)")
+		hit := call(id)
+		failpoint(t, status, name, "")
+		if hit {
+			return
+		}
+		d.exec(t, "DELETE FROM effects WHERE id = '"+id+"'")
 	}
-	waitIdle(t, db)
+	t.Fatalf("5 calls ran without failpoint %s firing on them", name)
 }
