@@ -13,7 +13,7 @@
 //
 // # Workloads
 //
-// All transactions are SERIALIZABLE. Each workload has its own tables
+// All transactions are SERIALIZABLE (on TiDB, see Drivers). Each workload has its own tables
 // (prefix txbench_), dropped and recreated before every run, so that every run
 // starts from the same state.
 //
@@ -55,12 +55,11 @@
 // TXRETRY_PG_DSN, TXRETRY_MYSQL_DSN and TXRETRY_TIDB_DSN; -pg-dsn,
 // -mysql-dsn and -tidb-dsn override them. The MySQL DSN gets
 // interpolateParams=true unless it sets it, to spare the prepare round trips
-// on a machine whose CPU the servers share. The TiDB connections run in
-// pessimistic mode with tidb_skip_isolation_level_check=1 (TiDB refuses
-// SERIALIZABLE otherwise and runs it as snapshot isolation), and TiDB's
-// workloads read their rows with SELECT … FOR UPDATE: without it TiDB fails
-// a read-then-write with 9007 under SERIALIZABLE, or loses updates under
-// its other levels.
+// on a machine whose CPU the servers share. On TiDB the transactions run in
+// pessimistic mode under REPEATABLE READ and read their rows with SELECT …
+// FOR UPDATE: TiDB refuses SERIALIZABLE unless told to skip the check, and
+// then fails half the hot row's calls with 9007; under REPEATABLE READ a
+// plain read then write loses updates.
 //
 // # Method
 //
