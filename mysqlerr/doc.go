@@ -115,7 +115,7 @@
 //
 //	1213  pessimistic mode, a lock cycle: "Deadlock found when trying to get lock; try restarting transaction"
 //	9007  optimistic mode, at COMMIT: "Write conflict, txnStartTS=…, conflictStartTS=…, …, reason=Optimistic [try again later]"
-//	9007  pessimistic mode under SERIALIZABLE (tidb_skip_isolation_level_check=1), at the UPDATE of a row read without FOR UPDATE that another transaction changed: "… reason=PessimisticRetry [try again later]"
+//	9007  pessimistic mode under SERIALIZABLE (tidb_skip_isolation_level_check=1), before COMMIT, in a transaction that read (with or without FOR UPDATE) and wrote a row another one committed since it began: "… reason=PessimisticRetry [try again later]"
 //	8028  at COMMIT, after another session's ALTER TABLE on a written table, with tidb_enable_metadata_lock=OFF (with it ON, the default, the DDL waits instead): "Information schema is changed during the execution of the statement(…). … [try again later]"
 //	8022  at COMMIT, made by a TiDB failpoint (mockCommitError8942) that fails COMMIT before committing: "Error: KV error safe to retry %s [try again later]"
 //
