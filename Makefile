@@ -2,8 +2,8 @@
 GO ?= go
 RACE ?= -race
 # Nested modules: each has its own go.mod so that library users never get
-# their dependencies (testcontainers, OpenTelemetry) in their module graph.
-MODULES := $(patsubst %/go.mod,%,$(wildcard integration/go.mod examples/go.mod txretry/otelretry/go.mod))
+# their dependencies (testcontainers, OpenTelemetry, sqlx) in their module graph.
+MODULES := $(patsubst %/go.mod,%,$(wildcard integration/go.mod examples/go.mod txretry/otelretry/go.mod txretry/sqlxretry/go.mod))
 
 PG_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
@@ -13,10 +13,9 @@ MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
 ## test: unit tests, then every nested module's tests (integration suite, examples, adapters), all with -race
 test: unit modules
 
-## unit: the library's own unit tests (no database needed), then the allocation counts without -race (whose sync.Pool drops items)
+## unit: the library's own unit tests (no database needed)
 unit:
 	$(GO) test $(RACE) -count=1 ./...
-	$(GO) test -count=1 -run '^TestOverheadAllocations$$' ./txretry
 
 ## modules: the nested modules' tests (need TXRETRY_PG_DSN / TXRETRY_MYSQL_DSN, or Docker for testcontainers)
 modules:
@@ -31,6 +30,11 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+
+## generate: regenerate the repository example's sqlc code and its sum (needs sqlc v1.31.1 on PATH, or SQLC=/path/to/sqlc)
+.PHONY: generate
+generate:
+	cd examples && $(GO) generate ./repository/...
 
 ## demo: concurrent SERIALIZABLE bank transfers on PostgreSQL and MySQL/MariaDB, with retries shown
 demo:
