@@ -23,6 +23,9 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 const (
 	envGaleraDSNs   = "TXRETRY_GALERA_DSNS"
 	envPgBouncerDSN = "TXRETRY_PGBOUNCER_DSN"
+	envTiDBDSN      = "TXRETRY_TIDB_DSN"
+	// envTiDBStatus is the host:port of TiDB's status API.
+	envTiDBStatus = "TXRETRY_TIDB_STATUS"
 )
 
 // requireEnv returns the value of env. If it is unset the test is skipped,
