@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 	"gorm.io/driver/postgres"
@@ -172,7 +173,7 @@ func TestContentionKeysPerPool(t *testing.T) {
 	err := gormretry.RunInTx(context.Background(), db.Session(&gorm.Session{}), func(ctx context.Context, tx *gorm.DB) error {
 		// The key is held by this call: a call on the pool's manager
 		// with the same key, from outside, has to wait.
-		cctx, cancel := context.WithTimeout(context.Background(), 20_000_000) // 20 ms
+		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
 		err := txretry.RunInTx(cctx, sqlDB, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionKeys("k"))
 		if !errors.Is(err, context.DeadlineExceeded) {
