@@ -17,6 +17,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/mysqldialect"
 	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/driver/pgdriver"
 	"go.uber.org/goleak"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
@@ -90,13 +91,23 @@ type library struct {
 	// open wraps the proxied pool; the run it returns is the library's
 	// RunInTx.
 	open func(t *testing.T, pool *sql.DB, pg bool) func(ctx context.Context, f func(ctx context.Context, q txq) error, opts ...txretry.Option) error
+	// pgdriver: PostgreSQL only, through bun's own driver instead of
+	// pgx's stdlib.
+	pgdriver bool
 }
 
 var libraries = []library{
-	{"gorm", openGORM},
-	{"bun", openBun},
-	{"sqlx", openSQLX},
+	{name: "gorm", open: openGORM(false)},
+	{name: "gorm-prepared", open: openGORM(true)},
+	{name: "bun", open: openBun},
+	{name: "bun-pgdriver", open: openBun, pgdriver: true},
+	{name: "sqlx", open: openSQLX},
 }
+
+// gormLRU is the expiry goroutine of GORM's prepared-statement cache,
+// which GORM never stops (gorm/internal/lru says so): GORM's, not the
+// adapter's.
+var gormLRU = goleak.IgnoreTopFunction("gorm.io/gorm/internal/lru.NewLRU[...].func1")
 
 // forEach runs test for each library on each server, each in a fresh
 // database, and checks that no connection is in use afterwards and no
@@ -104,15 +115,18 @@ var libraries = []library{
 func forEach(t *testing.T, test func(t *testing.T, s *subject)) {
 	for _, lib := range libraries {
 		for _, pg := range []bool{true, false} {
+			if lib.pgdriver && !pg {
+				continue // a PostgreSQL driver
+			}
 			engine := "mariadb"
 			if pg {
 				engine = "postgres"
 			}
 			t.Run(lib.name+"/"+engine, func(t *testing.T) {
-				t.Cleanup(func() { goleak.VerifyNone(t) }) // first, so it runs last
+				t.Cleanup(func() { goleak.VerifyNone(t, gormLRU) }) // first, so it runs last
 				s := &subject{name: lib.name + "/" + engine, pg: pg}
 				if pg {
-					s.direct, s.pool, s.proxy = pgPools(t)
+					s.direct, s.pool, s.proxy = pgPools(t, lib.pgdriver)
 				} else {
 					s.direct, s.pool, s.proxy = mysqlPools(t)
 				}
@@ -137,7 +151,7 @@ func startProxy(t *testing.T, upstream string, proto faultproxy.Protocol) *fault
 	return p
 }
 
-func pgPools(t *testing.T) (direct, proxied *sql.DB, proxy *faultproxy.Proxy) {
+func pgPools(t *testing.T, viaPgdriver bool) (direct, proxied *sql.DB, proxy *faultproxy.Proxy) {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(dbtest.Postgres(t))
 	if err != nil {
@@ -150,7 +164,12 @@ func pgPools(t *testing.T) (direct, proxied *sql.DB, proxy *faultproxy.Proxy) {
 	p, _ := strconv.Atoi(port)
 	pc := cfg.Copy()
 	pc.Host, pc.Port, pc.Fallbacks = host, uint16(p), nil
-	proxied = stdlib.OpenDB(*pc)
+	if viaPgdriver {
+		proxied = sql.OpenDB(pgdriver.NewConnector(pgdriver.WithAddr(proxy.Addr()), pgdriver.WithInsecure(true),
+			pgdriver.WithUser(cfg.User), pgdriver.WithPassword(cfg.Password), pgdriver.WithDatabase(cfg.Database)))
+	} else {
+		proxied = stdlib.OpenDB(*pc)
+	}
 	t.Cleanup(func() { proxied.Close() })
 	proxied.SetMaxOpenConns(10)
 	return direct, proxied, proxy
@@ -178,17 +197,24 @@ func mysqlPools(t *testing.T) (direct, proxied *sql.DB, proxy *faultproxy.Proxy)
 }
 
 // GORM, with TranslateError on, so that the tests see that the retried
-// classes reach the classifier through GORM's translation.
-func openGORM(t *testing.T, pool *sql.DB, pg bool) func(context.Context, func(context.Context, txq) error, ...txretry.Option) error {
-	t.Helper()
-	var dialector gorm.Dialector = mysql.New(mysql.Config{Conn: pool})
-	if pg {
-		dialector = postgres.New(postgres.Config{Conn: pool})
+// classes reach the classifier through GORM's translation; prepared: with
+// GORM's prepared-statement cache (PrepareStmt).
+func openGORM(prepared bool) func(t *testing.T, pool *sql.DB, pg bool) func(context.Context, func(context.Context, txq) error, ...txretry.Option) error {
+	return func(t *testing.T, pool *sql.DB, pg bool) func(context.Context, func(context.Context, txq) error, ...txretry.Option) error {
+		t.Helper()
+		var dialector gorm.Dialector = mysql.New(mysql.Config{Conn: pool})
+		if pg {
+			dialector = postgres.New(postgres.Config{Conn: pool})
+		}
+		db, err := gorm.Open(dialector, &gorm.Config{TranslateError: true, PrepareStmt: prepared, Logger: logger.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gormRun(db)
 	}
-	db, err := gorm.Open(dialector, &gorm.Config{TranslateError: true, Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
+}
+
+func gormRun(db *gorm.DB) func(context.Context, func(context.Context, txq) error, ...txretry.Option) error {
 	var run func(context.Context, func(context.Context, txq) error, ...txretry.Option) error
 	run = func(ctx context.Context, f func(context.Context, txq) error, opts ...txretry.Option) error {
 		// A new session for every call: the handle is the pool all the same.

@@ -64,10 +64,16 @@ func (a adapter) Call(ctx context.Context, tx *txretry.SQLTx[bunTx]) error {
 	return withSQLState(a.fn(ctx, tx.Tx.Tx))
 }
 
-// bunTx is a bun.Tx whose COMMIT errors show their SQLSTATE.
+// bunTx is a bun.Tx whose COMMIT errors, and those of the statements the
+// verifiers run (WithCommitMarker's duplicate key), show their SQLSTATE.
 type bunTx struct{ bun.Tx }
 
 func (t bunTx) Commit() error { return withSQLState(t.Tx.Commit()) }
+
+func (t bunTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	r, err := t.Tx.ExecContext(ctx, query, args...)
+	return r, withSQLState(err)
+}
 
 // withSQLState gives err a SQLState method when its tree holds an error of
 // bun's pgdriver (pgdriver.Error, whose SQLSTATE is Field('C')) and no
