@@ -54,13 +54,17 @@
 // GORM's PostgreSQL dialector wraps the *pgconn.PgError of 23505, 23503,
 // 23514 and 42703 in its own errors, which keeps the SQLSTATE reachable;
 // its MySQL dialector replaces errors 1062, 1451 and 1452 by gorm's
-// ErrDuplicatedKey and ErrForeignKeyViolated, which drops the number. The
-// default classes (40001, 40P01, 1213) and every opt-in class of pgerr and
-// mysqlerr are translated by neither, so they reach the classifier either
-// way (the tests check it on real servers). A classifier of one's own
-// that looks for MySQL's 1062 must look for gorm.ErrDuplicatedKey instead
-// when TranslateError is on. GORM joins a second error on one *gorm.DB
-// into the first as text ("first; second"): return the statement's own
-// error from fn, as the examples do, rather than one accumulated over
-// several statements of one chain.
+// ErrDuplicatedKey and ErrForeignKeyViolated, which drops the number.
+// Neither translates 40001, 40P01 or 1213, so the default classes reach
+// the classifier either way (the tests check it on real servers), and so
+// do pgerr's and mysqlerr's opt-in classes: PostgreSQL's 23505 keeps its
+// SQLSTATE inside GORM's error, and no MySQL number GORM translates is in
+// one. A classifier of one's own that looks for MySQL's 1062 must look
+// for gorm.ErrDuplicatedKey instead when TranslateError is on.
+//
+// A *gorm.DB that meets a second error keeps the first only as text
+// (GORM's AddError formats "first; second" with %v for the first): a
+// deadlock followed by another error on the same chain is no longer
+// found by any classifier. Return each statement's own error from fn as
+// soon as it fails, as the examples do.
 package gormretry
