@@ -118,7 +118,7 @@ func forEach(t *testing.T, test func(t *testing.T, s *subject)) {
 			if lib.pgdriver && !pg {
 				continue // a PostgreSQL driver
 			}
-			engine := "mariadb"
+			engine := "mysql" // MySQL or MariaDB, whichever TXRETRY_MYSQL_DSN names
 			if pg {
 				engine = "postgres"
 			}
