@@ -185,3 +185,33 @@ func TestContentionKeysPerPool(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+type item struct {
+	ID   int `gorm:"primaryKey;autoIncrement:false"`
+	Name string
+}
+
+// GORM's model calls inside fn (Create and Save open a transaction of
+// their own outside one) run in the attempt's transaction: no second
+// BEGIN, one COMMIT.
+func TestModelCallsStayInTheTransaction(t *testing.T) {
+	drv := &fakedb.Driver{}
+	db, _ := open(t, drv, &gorm.Config{Logger: logger.Discard})
+	err := gormretry.RunInTx(context.Background(), db, func(ctx context.Context, tx *gorm.DB) error {
+		it := item{ID: 1, Name: "a"}
+		if err := tx.Create(&it).Error; err != nil {
+			return err
+		}
+		it.Name = "b"
+		if err := tx.Save(&it).Error; err != nil {
+			return err
+		}
+		return tx.Delete(&it).Error
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := drv.Stats(); s.Begins != 1 || s.Commits != 1 || s.Execs+s.Queries < 3 {
+		t.Fatalf("%+v, want the model calls in one transaction", s)
+	}
+}
