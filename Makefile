@@ -2,8 +2,8 @@
 GO ?= go
 RACE ?= -race
 # Nested modules: each has its own go.mod so that library users never get
-# their dependencies (testcontainers, OpenTelemetry, sqlx) in their module graph.
-MODULES := $(patsubst %/go.mod,%,$(wildcard integration/go.mod examples/go.mod txretry/otelretry/go.mod txretry/sqlxretry/go.mod))
+# their dependencies (testcontainers, OpenTelemetry, sqlx, GORM, bun) in their module graph.
+MODULES := $(patsubst %/go.mod,%,$(wildcard integration/go.mod examples/go.mod txretry/otelretry/go.mod txretry/sqlxretry/go.mod txretry/gormretry/go.mod txretry/bunretry/go.mod))
 
 PG_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test

@@ -1,22 +1,3 @@
-// Package sqlxretry runs sqlx transactions with txretry: the same engine,
-// options and semantics as txretry.RunInTx, with fn receiving a *sqlx.Tx.
-// It is its own module, so that users of txretry alone never get sqlx in
-// their module graph, and it is built on txretry's exported Run, Adapter
-// and SQLTx only.
-//
-//	err := sqlxretry.RunInTx(ctx, db, func(ctx context.Context, tx *sqlx.Tx) error {
-//		var balance int
-//		if err := tx.GetContext(ctx, &balance, tx.Rebind("SELECT balance FROM accounts WHERE id = ?"), from); err != nil {
-//			return err
-//		}
-//		_, err := tx.ExecContext(ctx, tx.Rebind("UPDATE accounts SET balance = ? WHERE id = ?"), balance-amount, from)
-//		return err
-//	}, txretry.WithIsolation(sql.LevelSerializable))
-//
-// Each *sqlx.DB has its own default txretry.ContentionManager
-// (txretry.ManagerFor), so WithContentionKeys applies per handle; a call
-// inside fn with fn's context on the same *sqlx.DB joins the outer
-// transaction.
 package sqlxretry
 
 import (
@@ -35,7 +16,7 @@ import (
 // commit or roll back tx itself (txretry.ErrTxEndedByFn). A nil db or fn
 // returns txretry.ErrInvalidOption.
 func RunInTx(ctx context.Context, db *sqlx.DB, fn func(ctx context.Context, tx *sqlx.Tx) error, opts ...txretry.Option) error {
-	if db == nil {
+	if db == nil || db.DB == nil {
 		return fmt.Errorf("%w: nil *sqlx.DB", txretry.ErrInvalidOption)
 	}
 	if fn == nil {
@@ -45,7 +26,7 @@ func RunInTx(ctx context.Context, db *sqlx.DB, fn func(ctx context.Context, tx *
 }
 
 // adapter runs sqlx transactions in txretry's engine. Its Handle gives
-// each *sqlx.DB its default contention manager and lets nested calls join.
+// each pool its default contention manager and lets nested calls join.
 type adapter struct {
 	db *sqlx.DB
 	fn func(ctx context.Context, tx *sqlx.Tx) error
@@ -61,4 +42,6 @@ func (a adapter) Call(ctx context.Context, tx *txretry.SQLTx[*sqlx.Tx]) error {
 	return a.fn(ctx, tx.Tx)
 }
 
-func (a adapter) Handle() any { return a.db }
+// Handle is the *sql.DB under db: the same for db and its copies
+// (Unsafe, or another sqlx.NewDb on the pool), which share one pool.
+func (a adapter) Handle() any { return a.db.DB }

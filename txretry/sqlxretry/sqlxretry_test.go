@@ -180,17 +180,28 @@ func TestPermanentErrorReturnedAtOnce(t *testing.T) {
 	})
 }
 
-// A call inside fn on the same *sqlx.DB joins the outer transaction; fn's
-// own Commit is refused.
+// A call inside fn on the same pool, through the *sqlx.DB or a copy of it,
+// joins the outer transaction; txretry.RunInTx on the pool is refused
+// rather than run as a second transaction; fn's own Commit is refused.
 func TestNestedCallJoinsAndFnCannotCommit(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, db *sqlx.DB) {
 		err := sqlxretry.RunInTx(context.Background(), db, func(ctx context.Context, tx *sqlx.Tx) error {
-			return sqlxretry.RunInTx(ctx, db, func(ctx context.Context, inner *sqlx.Tx) error {
-				if inner != tx {
-					t.Error("the nested call began a transaction of its own")
+			for _, d := range []*sqlx.DB{db, db.Unsafe()} {
+				err := sqlxretry.RunInTx(ctx, d, func(ctx context.Context, inner *sqlx.Tx) error {
+					if inner != tx {
+						t.Error("the nested call began a transaction of its own")
+					}
+					return nil
+				})
+				if err != nil {
+					return err
 				}
-				return nil
-			})
+			}
+			err := txretry.RunInTx(ctx, db.DB, func(context.Context, *sql.Tx) error { return nil })
+			if !errors.Is(err, txretry.ErrInvalidOption) {
+				t.Errorf("txretry.RunInTx on the pool inside fn: %v, want ErrInvalidOption", err)
+			}
+			return nil
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -206,8 +217,8 @@ func TestNestedCallJoinsAndFnCannotCommit(t *testing.T) {
 // sharing a key take turns.
 func TestContentionKeysPerHandle(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, db *sqlx.DB) {
-		if txretry.ManagerFor(db) == nil {
-			t.Fatal("a *sqlx.DB has no default manager")
+		if txretry.ManagerFor(db.DB) == nil {
+			t.Fatal("the pool has no default manager")
 		}
 		var in, peak atomic.Int32
 		var wg sync.WaitGroup
