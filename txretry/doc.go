@@ -3,7 +3,10 @@
 // (a serialization failure or a deadlock). It works with database/sql
 // (RunInTx: pgx's stdlib driver, go-sql-driver/mysql, any driver) and with
 // pgx's native interface (package pgxretry), through one engine and one set
-// of options.
+// of options. Adapters for sqlx, GORM and bun are nested modules of their
+// own, so that the core brings none of them into a program's module graph:
+// github.com/txretry/txretry/txretry/sqlxretry, .../gormretry and
+// .../bunretry.
 //
 //	err := txretry.RunInTx(ctx, db, func(ctx context.Context, tx *sql.Tx) error {
 //		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2", amount, from)
@@ -153,7 +156,7 @@
 // nothing was committed wraps it with NotCommitted; other COMMIT errors
 // are judged by the rules above. Adapters of libraries built on
 // database/sql (sqlx, bun) get RunInTx's transaction handling from SQLTx
-// and BeginSQL, as package sqlxretry does. Run has RunInTx's options and
+// and BeginSQL, as sqlxretry and bunretry do. Run has RunInTx's options and
 // semantics; see the Run example.
 //
 // # Panics and leaks
