@@ -10,21 +10,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
-	"github.com/txretry/txretry/examples/internal/dbconntest"
+	"github.com/txretry/txretry/integration/dbserver"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 )
 
-func TestMain(m *testing.M) { dbconntest.Main(m) }
+func TestMain(m *testing.M) { dbservertest.Main(m) }
 
 // engines are the engines every test runs on, when reachable.
-var engines = []dbconn.Engine{dbconn.Postgres, dbconn.MySQL}
+var engines = []dbserver.Engine{dbserver.Postgres, dbserver.MySQL}
 
 // modes are the verification modes.
 var modes = []Verify{VerifyKey, VerifyBuiltin}
 
 // newPayments returns payments over db in a fresh namespace, with account 1
 // opened with balance 1000.
-func newPayments(t *testing.T, db *sql.DB, ns dbconn.Namespace, mode Verify) *Payments {
+func newPayments(t *testing.T, db *sql.DB, ns dbserver.Namespace, mode Verify) *Payments {
 	t.Helper()
 	p := NewPayments(db, ns, mode)
 	if err := p.Setup(context.Background(), 1000); err != nil {
@@ -34,7 +34,7 @@ func newPayments(t *testing.T, db *sql.DB, ns dbconn.Namespace, mode Verify) *Pa
 }
 
 // openDB opens the namespace with the engine's registered driver.
-func openDB(t *testing.T, ns dbconn.Namespace) *sql.DB {
+func openDB(t *testing.T, ns dbserver.Namespace) *sql.DB {
 	t.Helper()
 	db, err := sql.Open(ns.Engine.Driver(), ns.DSN)
 	if err != nil {
@@ -49,8 +49,8 @@ func openDB(t *testing.T, ns dbconn.Namespace) *sql.DB {
 func TestDemo(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbconntest.Server(t, e)
-			dbconntest.Namespace(t, srv, "txretry_test_payment_demo")
+			srv := dbservertest.Server(t, e)
+			dbservertest.Namespace(t, srv, "txretry_test_payment_demo")
 			for _, mode := range modes {
 				t.Run(string(mode), func(t *testing.T) {
 					o, err := parseFlags([]string{"-namespace", "txretry_test_payment_demo", "-verify", string(mode)}, &bytes.Buffer{})
@@ -76,8 +76,8 @@ func TestDemo(t *testing.T) {
 func TestPayIsIdempotent(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbconntest.Server(t, e)
-			ns := dbconntest.Namespace(t, srv, "txretry_test_payment_idem")
+			srv := dbservertest.Server(t, e)
+			ns := dbservertest.Namespace(t, srv, "txretry_test_payment_idem")
 			p := newPayments(t, openDB(t, ns), ns, VerifyKey)
 			ctx := context.Background()
 
@@ -133,8 +133,8 @@ func TestPayIsIdempotent(t *testing.T) {
 func TestVerifier(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbconntest.Server(t, e)
-			ns := dbconntest.Namespace(t, srv, "txretry_test_payment_verify")
+			srv := dbservertest.Server(t, e)
+			ns := dbservertest.Namespace(t, srv, "txretry_test_payment_verify")
 			p := newPayments(t, openDB(t, ns), ns, VerifyKey)
 			ctx := context.Background()
 

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/integration/dbserver"
 	"github.com/txretry/txretry/mysqlerr"
 	"github.com/txretry/txretry/pgerr"
 	"github.com/txretry/txretry/txretry"
@@ -61,7 +61,7 @@ const (
 // Payments makes idempotent payments in one namespace.
 type Payments struct {
 	db     *sql.DB
-	engine dbconn.Engine
+	engine dbserver.Engine
 	q      queries
 	verify Verify
 	// observer, if set, observes every call.
@@ -76,7 +76,7 @@ type queries struct {
 }
 
 // newQueries returns the SQL for engine e in namespace ns.
-func newQueries(e dbconn.Engine, ns dbconn.Namespace) queries {
+func newQueries(e dbserver.Engine, ns dbserver.Namespace) queries {
 	q := queries{
 		accounts: ns.Table("payment_accounts"),
 		payments: ns.Table("payment_payments"),
@@ -92,7 +92,7 @@ func newQueries(e dbconn.Engine, ns dbconn.Namespace) queries {
 }
 
 // NewPayments returns payments over db, whose tables live in ns.
-func NewPayments(db *sql.DB, ns dbconn.Namespace, verify Verify) *Payments {
+func NewPayments(db *sql.DB, ns dbserver.Namespace, verify Verify) *Payments {
 	return &Payments{db: db, engine: ns.Engine, q: newQueries(ns.Engine, ns), verify: verify}
 }
 
@@ -186,7 +186,7 @@ func (p *Payments) options(key string, account int, amount int64) []txretry.Opti
 	switch {
 	case p.verify == VerifyKey:
 		opts = append(opts, txretry.WithVerify(p.Verifier(key, account, amount)))
-	case p.engine == dbconn.Postgres:
+	case p.engine == dbserver.Postgres:
 		opts = append(opts, txretry.WithXactStatusVerification())
 	default:
 		opts = append(opts, txretry.WithCommitMarker(p.q.markers))
@@ -199,7 +199,7 @@ func (p *Payments) VerifierName() string {
 	switch {
 	case p.verify == VerifyKey:
 		return "txretry.WithVerify: probe of the idempotency key"
-	case p.engine == dbconn.Postgres:
+	case p.engine == dbserver.Postgres:
 		return "txretry.WithXactStatusVerification (pg_xact_status of the transaction id)"
 	default:
 		return "txretry.WithCommitMarker(" + p.q.markers + ")"

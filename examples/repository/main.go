@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/txretry/txretry/examples/internal/cli"
-	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/integration/dbserver"
 	"github.com/txretry/txretry/txretry"
 )
 
@@ -70,8 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return cli.UsageStatus("repository", err, stderr)
 	}
-	p := cli.Program{Name: "repository", Engines: []dbconn.Engine{dbconn.Postgres}, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
-	return p.Run(func(ctx context.Context, servers []*dbconn.Server, findErr error) int {
+	p := cli.Program{Name: "repository", Engines: []dbserver.Engine{dbserver.Postgres}, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
+	return p.Run(func(ctx context.Context, servers []*dbserver.Server, findErr error) int {
 		if findErr != nil {
 			fmt.Fprintf(stdout, "%v\nFAIL: no database reachable\n", findErr)
 			return 1
@@ -137,7 +137,7 @@ func (c *observer) Observe(_ context.Context, e txretry.Event) {
 const sku = "sku-1"
 
 // demo runs the concurrent orders on srv.
-func demo(ctx context.Context, srv *dbconn.Server, o options) (report, error) {
+func demo(ctx context.Context, srv *dbserver.Server, o options) (report, error) {
 	rep := report{stock: o.stock, failed: map[string]int{}}
 	ns, err := srv.Namespace(ctx, o.namespace)
 	if err != nil {

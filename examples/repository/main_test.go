@@ -6,17 +6,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
-	"github.com/txretry/txretry/examples/internal/dbconntest"
+	"github.com/txretry/txretry/integration/dbserver"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 )
 
-func TestMain(m *testing.M) { dbconntest.Main(m) }
+func TestMain(m *testing.M) { dbservertest.Main(m) }
 
 // TestDemo places concurrent orders under SERIALIZABLE and REPEATABLE READ
 // and asserts that no unit is lost or oversold.
 func TestDemo(t *testing.T) {
-	srv := dbconntest.Server(t, dbconn.Postgres)
-	ns := dbconntest.Namespace(t, srv, "txretry_test_repository")
+	srv := dbservertest.Server(t, dbserver.Postgres)
+	ns := dbservertest.Namespace(t, srv, "txretry_test_repository")
 	for _, isolation := range []string{"serializable", "repeatable-read"} {
 		t.Run(isolation, func(t *testing.T) {
 			o, err := parseFlags([]string{"-namespace", ns.Name, "-isolation", isolation,

@@ -97,9 +97,8 @@ func (s *Server) String() string {
 	return fmt.Sprintf("%s %s (%s)", product, version, s.Source)
 }
 
-// Started reports whether Find started the server (a container or a
-// throwaway server), rather than finding it in the environment.
-func (s *Server) Started() bool { return s.ctr != nil || s.local != nil }
+// FromContainer reports whether the server is a container Find started.
+func (s *Server) FromContainer() bool { return s.ctr != nil }
 
 // Close stops the server if Find started it: it terminates the container,
 // or stops the throwaway server and removes its data directory. For a

@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/txretry/txretry/integration/internal/dbtest"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 )
 
 // TestMain also runs the children of spread runs, which re-exec the test
@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(childMain(context.Background(), spec, os.Stdin, os.Stdout, os.Stderr))
 	}
-	dbtest.Main(m)
+	dbservertest.Main(m)
 }
 
 // TestBenchShortRun makes a short run of every runner on every workload and
@@ -48,9 +48,9 @@ func TestBenchShortRun(t *testing.T) {
 				format:    "table",
 			}
 			if d.dialect == dialectMySQL {
-				cfg.mysqlDSN = dbtest.MySQL(t)
+				cfg.mysqlDSN = dbservertest.MySQL(t)
 			} else {
-				cfg.pgDSN = dbtest.Postgres(t)
+				cfg.pgDSN = dbservertest.Postgres(t)
 			}
 			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
