@@ -136,6 +136,27 @@ func (e *UnavailableError) Error() string {
 // Unwrap returns the cause.
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
+// Misconfigured reports whether err, from Find or FindAll, says more than
+// that a server is absent: a DSN that is set but whose server does not
+// answer, a bad flavor, or an error that is not an *UnavailableError. A
+// program fails then, while it may run on the servers it found when the
+// others are merely absent.
+func Misconfigured(err error) bool {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		if ue, ok := errors.AsType[*UnavailableError](e); !ok || ue.Configured {
+			return true
+		}
+	}
+	return false
+}
+
 // hint says the three ways of making a server of e available.
 func hint(e Engine, image string) string {
 	example, pkgs := "postgres://user@host:5432/db?sslmode=disable",

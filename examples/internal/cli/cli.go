@@ -59,21 +59,7 @@ func UsageStatus(name string, err error, stderr io.Writer) int {
 // not answer, a bad flavor, or an error that is not a
 // *dbserver.UnavailableError. A program fails then, while it runs on the
 // servers it found when the others are merely absent.
-func Misconfigured(findErr error) bool {
-	errs := []error{findErr}
-	if j, ok := findErr.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
-	for _, err := range errs {
-		if err == nil {
-			continue
-		}
-		if ue, _ := errors.AsType[*dbserver.UnavailableError](err); ue == nil || ue.Configured {
-			return true
-		}
-	}
-	return false
-}
+func Misconfigured(findErr error) bool { return dbserver.Misconfigured(findErr) }
 
 // Program is an example program's run, as its frame sees it.
 type Program struct {

@@ -186,13 +186,14 @@ func TestRunBoundsBody(t *testing.T) {
 }
 
 // TestRunFindsServer runs the frame as a program does, on the PostgreSQL
-// server of the environment.
+// server of the test, found through TXRETRY_PG_DSN.
 func TestRunFindsServer(t *testing.T) {
 	srv := dbservertest.EnvServer(t, dbserver.Postgres)
 	var stdout, stderr bytes.Buffer
 	p := Program{Name: "prog", Engines: []dbserver.Engine{dbserver.Postgres}, Timeout: time.Minute, Stdout: &stdout, Stderr: &stderr}
 	code := p.EachServer(func(ctx context.Context, got *dbserver.Server) error {
-		if got.Engine != dbserver.Postgres || got.Source != srv.Source || got.Version != srv.Version {
+		// EnvServer put the test's server into TXRETRY_PG_DSN.
+		if got.Engine != dbserver.Postgres || got.Source != dbserver.EnvPGDSN || got.DSN != srv.DSN || got.Version != srv.Version {
 			t.Errorf("server %v, want %v", got, srv)
 		}
 		return ctx.Err()
