@@ -48,9 +48,10 @@ lint:
 demo:
 	cd examples && $(GO) run ./bank
 
-## bench: retry policies side by side under contention (BENCHFLAGS="-workload hot -repeat 3 -tsv bench.tsv")
+## bench: retry policies side by side under contention (BENCHFLAGS="-workload hot -repeat 3 -tsv bench.tsv");
+## servers as for make test: a server on a default port only through its DSN (make env prints the exports)
 bench:
-	cd integration && TXRETRY_PG_DSN="$${TXRETRY_PG_DSN:-$(PG_DSN)}" TXRETRY_MYSQL_DSN="$${TXRETRY_MYSQL_DSN:-$(MYSQL_DSN)}" $(GO) run ./txbench $(BENCHFLAGS)
+	$(GO) run -C integration ./cmd/withdb -- $(GO) run ./txbench $(BENCHFLAGS)
 
 ## env: print the DSN exports for the local servers of a development machine
 env:
