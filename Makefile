@@ -2,8 +2,8 @@
 GO ?= go
 RACE ?= -race
 # Nested modules: each has its own go.mod so that library users never get
-# their dependencies (testcontainers, OpenTelemetry) in their module graph.
-MODULES := $(patsubst %/go.mod,%,$(wildcard integration/go.mod examples/go.mod txretry/otelretry/go.mod))
+# their dependencies (testcontainers, OpenTelemetry, sqlx) in their module graph.
+MODULES := $(patsubst %/go.mod,%,$(wildcard integration/go.mod examples/go.mod txretry/otelretry/go.mod txretry/sqlxretry/go.mod))
 
 PG_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
@@ -11,10 +11,8 @@ MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
 .PHONY: test unit modules integration lint demo bench env matrix
 
 # The go test commands of make test, one per argument of testsum, run from
-# integration/: the library's unit tests, its allocation counts without
-# -race (whose sync.Pool drops items), then every nested module.
+# integration/: the library's unit tests, then every nested module.
 TEST_COMMANDS := "-C .. $(RACE) -count=1 ./..." \
-	"-C .. -count=1 -run ^TestOverheadAllocations$$ ./txretry" \
 	$(foreach m,$(MODULES),"-C ../$(m) $(RACE) -count=1 ./...")
 
 ## test: every module's tests with -race, on one PostgreSQL and one MySQL-family server shared by all
@@ -25,10 +23,9 @@ test:
 	GO=$(GO) $(GO) run -C integration ./cmd/withdb -cluster cluster -- \
 		$(GO) run ./cmd/testsum $(TEST_COMMANDS)
 
-## unit: the library's own unit tests (no database needed), then the allocation counts without -race
+## unit: the library's own unit tests (no database needed)
 unit:
 	$(GO) test $(RACE) -count=1 ./...
-	$(GO) test -count=1 -run '^TestOverheadAllocations$$' ./txretry
 
 ## modules: the nested modules' tests with plain go test; each test binary finds or starts its own servers
 modules:
@@ -43,6 +40,11 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+
+## generate: regenerate the repository example's sqlc code and its sum (needs sqlc v1.31.1 on PATH, or SQLC=/path/to/sqlc)
+.PHONY: generate
+generate:
+	cd examples && $(GO) generate ./repository/...
 
 ## demo: concurrent SERIALIZABLE bank transfers on PostgreSQL and MySQL/MariaDB, with retries shown
 demo:

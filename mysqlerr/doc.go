@@ -95,6 +95,12 @@
 //   - Galera reports most certification failures at COMMIT; 1047 (a node
 //     outside the Primary component) is not retried.
 //   - TiDB's optimistic transactions report their conflicts at COMMIT.
+//   - Seen on a real MariaDB Galera cluster (integration/engines): a
+//     connection killed while its COMMIT waited for certification reached
+//     the client as a lost connection, and the transaction was applied on
+//     every node once certification finished; a node shut down during that
+//     wait answered 1180 and applied nothing. Neither error tells the two
+//     outcomes apart: both are uncertain at COMMIT.
 //
 // # Sources
 //

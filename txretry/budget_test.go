@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/internal/fakeclock"
 	"github.com/txretry/txretry/txretry/internal/fakedb"
 )
 
@@ -34,7 +35,7 @@ func TestRetryBudgetValidation(t *testing.T) {
 
 // A typed nil Clock is an error, as with WithClock, not a panic on first use.
 func TestRetryBudgetRejectsATypedNilClock(t *testing.T) {
-	var clk *fakeClock
+	var clk *fakeclock.Clock
 	b, err := txretry.NewRetryBudget(0.2, 10, clk)
 	if !errors.Is(err, txretry.ErrInvalidOption) || b != nil {
 		t.Fatalf("NewRetryBudget with a typed nil clock = %v, %v; want nil, ErrInvalidOption", b, err)
@@ -91,7 +92,7 @@ func TestRetryBudgetBoundsAStorm(t *testing.T) {
 }
 
 func TestRetryBudgetRefillsOverTime(t *testing.T) {
-	clk := newFakeClock()
+	clk := &fakeclock.Clock{}
 	b, err := txretry.NewRetryBudget(0, 1, clk)
 	if err != nil {
 		t.Fatal(err)

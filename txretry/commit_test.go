@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -280,5 +281,74 @@ func TestCancelledTransactionContextIsNotReused(t *testing.T) {
 				t.Fatalf("a call after a cancelled transaction context: %v", err)
 			}
 		}
+	}
+}
+
+func TestUncertainCommitIsNeverRetriedBlindly(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"unexpected EOF", io.ErrUnexpectedEOF},
+		{"invalid connection", errors.New("invalid connection")},
+		{"context canceled during commit", context.Canceled},
+		{"deadline during commit", context.DeadlineExceeded},
+		{"40003 statement completion unknown", &fakedb.SQLStateError{Code: "40003"}},
+		{"08007 transaction resolution unknown", &fakedb.SQLStateError{Code: "08007"}},
+		{"08006 connection failure", &fakedb.SQLStateError{Code: "08006"}},
+		{"57P01 admin shutdown", &fakedb.SQLStateError{Code: "57P01"}},
+		{"safe-to-retry false", safeErr{false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, &fakedb.Driver{OnCommit: func(int) error { return tc.err }})
+			var calls atomic.Int32
+			err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), f.opts()...)
+			var ue *txretry.CommitUncertainError
+			if !errors.Is(err, txretry.ErrCommitUncertain) || !errors.Is(err, tc.err) || !errors.As(err, &ue) || ue.Attempts != 1 {
+				t.Fatalf("err = %v, want ErrCommitUncertain carrying %v", err, tc.err)
+			}
+			if calls.Load() != 1 || f.drv.Stats().Begins != 1 {
+				t.Fatalf("fn ran %d times, want 1", calls.Load())
+			}
+		})
+	}
+}
+
+type safeErr struct{ safe bool }
+
+func (e safeErr) Error() string { return "conn error" }
+
+func (e safeErr) SafeToRetry() bool { return e.safe }
+
+func TestCommitErrorsThatProveNoCommit(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		err       error
+		retried   bool
+		wantCalls int32
+	}{
+		{"40001 at commit", errSerialization, true, 2},
+		{"1213 at commit", errMySQLDeadlock, true, 2},
+		{"deferred unique violation", errUnique, false, 1},
+		{"driver.ErrBadConn", driver.ErrBadConn, false, 1},
+		{"pgconn safe to retry", safeErr{true}, false, 1},
+		{"pgx commit resulted in rollback", errors.New("commit unexpectedly resulted in rollback"), false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, &fakedb.Driver{OnCommit: func(n int) error {
+				if n == 1 {
+					return tc.err
+				}
+				return nil
+			}})
+			var calls atomic.Int32
+			err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), f.opts()...)
+			if errors.Is(err, txretry.ErrCommitUncertain) {
+				t.Fatalf("err = %v: a proven rollback is not uncertain", err)
+			}
+			if tc.retried != (err == nil) || calls.Load() != tc.wantCalls {
+				t.Fatalf("err=%v calls=%d, want retried=%v calls=%d", err, calls.Load(), tc.retried, tc.wantCalls)
+			}
+		})
 	}
 }

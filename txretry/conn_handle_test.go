@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/internal/fakedb"
@@ -80,5 +81,34 @@ func TestConnHandleBuiltInVerifierFailsAtOnce(t *testing.T) {
 				t.Fatalf("waited %v: the verifier must fail at once, not retry", f.clock.Waits())
 			}
 		})
+	}
+}
+
+// A *sql.Conn gets a default contention manager of its own, apart from its
+// *sql.DB's: conflicts on the connection pace its calls (the manager's
+// pauses, not the backoff), and that pace does not carry over to the pool.
+func TestConnHandleHasItsOwnContentionManager(t *testing.T) {
+	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(3, errSerialization)})
+	conn, err := f.db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var calls atomic.Int32
+	opts := []txretry.Option{txretry.WithClock(f.clock), txretry.WithRand(func() float64 { return 1 })}
+	if err := txretry.RunInTx(context.Background(), conn, execFn(&calls), opts...); err != nil {
+		t.Fatal(err)
+	}
+	onConn := f.clock.Waits()
+	if len(onConn) != 3 || onConn[2] < onConn[0]*3 || onConn[0] > 500*time.Microsecond {
+		t.Fatalf("waits on the conn %v, want three pauses doubling from 500µs (a manager's)", onConn)
+	}
+	// The pool's manager has seen no conflict: its first pause starts over.
+	f.drv.OnExec = failFirst(5, errSerialization) // execs 1-4 ran on the conn: the pool's first exec fails
+	if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), opts...); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.clock.Waits()[3:]; len(got) != 1 || got[0] > 500*time.Microsecond {
+		t.Fatalf("wait on the pool %v, want one pause of at most 500µs: the conn's pace must not carry over", got)
 	}
 }

@@ -2,11 +2,12 @@ package txretry
 
 import (
 	"fmt"
+	"reflect"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/txretry/txretry/txretry/internal/core"
+	"weak"
 )
 
 // ContentionManager admits attempts to the database through a FIFO gate
@@ -78,8 +79,9 @@ import (
 // A ContentionManager is safe for concurrent use, and its zero value is
 // ready to use, like NewContentionManager(0); share one among the calls
 // that contend for the same data. By default each database handle (*sql.DB,
-// *sql.Conn, *pgxpool.Pool, *pgx.Conn) gets its own, created on first use
-// and dropped when the handle is garbage collected.
+// *sql.Conn, *pgxpool.Pool, *pgx.Conn, an Adapter's Handle) gets its own,
+// created on first use and dropped when the handle is garbage collected
+// (see ManagerFor).
 type ContentionManager struct {
 	mu      sync.Mutex
 	width   float64
@@ -213,7 +215,10 @@ func (m *ContentionManager) Queued() int {
 
 // WithContentionKeys names what the call's transaction reads and writes
 // that other calls contend for (for example "account:42"), to the
-// contention manager in force (by default the handle's): instead of
+// contention manager in force (by default the handle's; a pointer handle
+// without a default manager, such as a DB other than *sql.DB and *sql.Conn,
+// gets ManagerFor(handle) for its keys, and any other handle makes the call
+// return an error matching ErrInvalidOption): instead of
 // passing its gate, each attempt waits until no other call holding one of
 // the same keys is in its attempt, in arrival order per key, and calls with
 // disjoint keys run at once. Keys are taken before BEGIN and given back
@@ -257,19 +262,31 @@ func WithoutContentionManager() Option {
 	return func(c *config) { c.cm, c.cmSet = nil, true }
 }
 
-// managers holds the default manager of each database handle, without
-// keeping the handle alive: a handle that is garbage collected takes its
-// manager with it (see core.PerHandle).
-var managers sync.Map
+// managers holds the default manager of each database handle, keyed by a
+// weak pointer to the handle so that the map does not keep it alive; the
+// handle's cleanup deletes its entry once it is garbage collected.
+var managers sync.Map // weak.Pointer[byte] → *ContentionManager
 
-// defaultManager returns the manager of the adapter's handle, creating it on
-// first use, or nil if the handle has no default manager.
-func defaultManager(a core.Adapter) *ContentionManager {
-	m, _ := a.PerHandle(&managers, newDefaultManager).(*ContentionManager)
-	return m
-}
-
-func newDefaultManager() any {
+// ManagerFor returns the default ContentionManager of a database handle,
+// made on first use with NewContentionManager(0): the manager that RunInTx
+// and pgxretry.RunInTx use for a *sql.DB, *sql.Conn, *pgxpool.Pool or
+// *pgx.Conn, and Run for an Adapter's Handle, unless an option chooses
+// another. It is nil for a handle that is not a non-nil pointer to a
+// non-empty value. The map of managers does not keep handles alive.
+func ManagerFor(handle any) *ContentionManager {
+	v := reflect.ValueOf(handle)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Type().Elem().Size() == 0 {
+		return nil
+	}
+	p := (*byte)(v.UnsafePointer()) // the handle's address; weak.Make needs a static type
+	key := weak.Make(p)
+	if m, ok := managers.Load(key); ok {
+		return m.(*ContentionManager)
+	}
 	m, _ := NewContentionManager(0)
+	if old, loaded := managers.LoadOrStore(key, m); loaded {
+		return old.(*ContentionManager)
+	}
+	runtime.AddCleanup(p, func(key weak.Pointer[byte]) { managers.Delete(key) }, key)
 	return m
 }

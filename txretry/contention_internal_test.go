@@ -7,24 +7,25 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+	"weak"
 
 	"github.com/txretry/txretry/txretry/internal/fakedb"
 )
 
 // The default per-handle manager goes away with its handle.
 func TestDefaultManagerIsDroppedWithItsHandle(t *testing.T) {
-	var key uintptr
+	var key weak.Pointer[byte]
 	func() {
 		db := (&fakedb.Driver{}).DB()
 		defer db.Close()
-		key = uintptr(unsafe.Pointer(db))
+		key = weak.Make((*byte)(unsafe.Pointer(db))) // as ManagerFor keys it
 		for range 2 {
 			if err := RunInTx(context.Background(), db, func(context.Context, *sql.Tx) error { return nil }); err != nil {
 				t.Fatal(err)
 			}
 		}
-		m := defaultManager(&sqlAdapter{db: db})
-		if _, ok := managers.Load(key); !ok || m == nil || m != defaultManager(&sqlAdapter{db: db}) {
+		m := ManagerFor(db)
+		if _, ok := managers.Load(key); !ok || m == nil || m != ManagerFor(db) || m != (sqlAdapter{db: db}).ContentionManager() {
 			t.Fatal("the handle has no default manager, or a new one per call")
 		}
 	}()

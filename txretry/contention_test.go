@@ -102,7 +102,7 @@ func waitQueued(t *testing.T, m *txretry.ContentionManager, n int) {
 func TestContentionManagerAdmitsInFIFOOrderWithoutHoldingTransactions(t *testing.T) {
 	m := newManager(t, 1)
 	f := newFixture(t, &fakedb.Driver{})
-	f.clock.onWait = nil
+	f.clock.OnWait = nil
 	release := make(chan struct{})
 	_, holderDone := gateHolder(t, f.db, m, release)
 
@@ -344,5 +344,27 @@ func TestPanicLeavesTheGate(t *testing.T) {
 	defer cancel()
 	if err := txretry.RunInTx(ctx, f.db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(m)); err != nil {
 		t.Fatalf("err = %v: the panicking call kept its place in the gate", err)
+	}
+}
+
+// An observer that panics on AttemptStarted (after admission) must not keep
+// the gate's place.
+func TestObserverPanicLeavesTheGate(t *testing.T) {
+	m, _ := txretry.NewContentionManager(1)
+	db := (&fakedb.Driver{}).DB()
+	defer db.Close()
+	bad := txretry.ObserverFunc(func(_ context.Context, e txretry.Event) {
+		if e.Kind == txretry.AttemptStarted {
+			panic("observer bug")
+		}
+	})
+	_ = noPanic(t, func() error {
+		return txretry.RunInTx(context.Background(), db, func(context.Context, *sql.Tx) error { return nil },
+			txretry.WithContentionManager(m), txretry.WithObserver(bad))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := txretry.RunInTx(ctx, db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(m)); err != nil {
+		t.Fatalf("err = %v: the call whose observer panicked kept its place in the gate", err)
 	}
 }

@@ -75,8 +75,10 @@
 //     ambiguous result), 08007 (transaction_resolution_unknown), class 08
 //     (connection exception), 57P01, 57P02, 57P03 (shutdown) and 57014
 //     (query_canceled), which stay uncertain;
-//   - pgx's ErrTxCommitRollback (the server answered COMMIT with ROLLBACK
-//     because the transaction had already failed);
+//   - an error the adapter marked with NotCommitted (ErrNotCommitted),
+//     for what only its driver knows: pgx's ErrTxCommitRollback (the server
+//     answered COMMIT with ROLLBACK because the transaction had already
+//     failed), sql.ErrTxDone after fn ended the transaction itself;
 //   - an error for which pgconn's SafeToRetry is true (nothing was sent);
 //   - driver.ErrBadConn, which by its contract means the driver did not
 //     perform the operation.
@@ -93,8 +95,8 @@
 // means the transaction is begun on a context without ctx's cancellation
 // (database/sql rolls a transaction back when its BeginTx context ends).
 // BEGIN and the wait for a pooled connection still end with ctx: one still
-// running is abandoned at most 2 ms after ctx ends, and a transaction whose
-// BEGIN returned after ctx ended is rolled back at once, before fn runs.
+// running is abandoned when ctx ends, and a transaction whose BEGIN
+// returned after ctx ended is rolled back at once, before fn runs.
 //
 // # Nested calls
 //
@@ -104,6 +106,24 @@
 // retries on its own: its errors are returned as they are, so that fn can
 // return them and only the outermost call retries. A nested call on another
 // handle is an independent transaction with its own retries.
+//
+// # Your own transaction type: Run and Adapter
+//
+// RunInTx and pgxretry.RunInTx are thin adapters over one generic entry,
+// Run, which any transaction type can use (a query builder's, an ORM's, a
+// store of your own): implement Tx (Commit and Rollback within a timeout,
+// Exec for the commit marker) and an Adapter[T] with Begin, which starts
+// one attempt's transaction, and Call, which runs your function on it.
+// Optional methods, found by type assertion, add the rest: Handle (nested
+// calls join, and the handle gets a default ContentionManager, see
+// ManagerFor), ContentionManager, SingleConn and CheckTxOptions on the
+// adapter, and QueryString on the transaction (for
+// WithXactStatusVerification). A Commit that knows its error proves
+// nothing was committed wraps it with NotCommitted; other COMMIT errors
+// are judged by the rules above. Adapters of libraries built on
+// database/sql (sqlx, bun) get RunInTx's transaction handling from SQLTx
+// and BeginSQL, as package sqlxretry does. Run has RunInTx's options and
+// semantics; see the Run example.
 //
 // # Panics and leaks
 //

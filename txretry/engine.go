@@ -5,48 +5,20 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"reflect"
 	"time"
 
 	"github.com/txretry/txretry/mysqlerr"
 	"github.com/txretry/txretry/pgerr"
-	"github.com/txretry/txretry/txretry/internal/core"
 )
 
-func init() {
-	core.Run = func(ctx context.Context, a core.Adapter, opts any) error {
-		o, ok := opts.([]Option)
-		if !ok && opts != nil {
-			return errors.New("txretry: internal error: options of the wrong type")
-		}
-		r := newCallState(o, func(r *runner) *runner { return r })
-		r.a = a
-		return run(ctx, r, o)
-	}
-}
-
-// newCallState allocates an adapter's per-call state S, whose runner
-// runnerOf returns. A call with options also gets the storage its
-// configuration is resolved into (the runner's own), in the same
-// allocation; a call without shares the defaults and allocates only S.
-func newCallState[S any](opts []Option, runnerOf func(*S) *runner) *S {
-	if len(opts) == 0 {
-		return new(S)
-	}
-	sc := new(struct {
-		s   S
-		cfg config
-	})
-	runnerOf(&sc.s).own = &sc.cfg
-	return &sc.s
-}
-
-// txCtxKey keys the running transaction in the context handed to fn.
+// txCtxKey keys the running attempt in the context handed to fn.
 type txCtxKey struct{}
 
 type txCtxVal struct {
-	key     any
-	tx      core.Tx
+	key     any // the adapter's Handle
+	tx      Tx
 	attempt int
 	gate    *ContentionManager // the manager this attempt was admitted by, if any
 	parent  *txCtxVal          // the enclosing call's attempt, for calls on other handles
@@ -84,78 +56,80 @@ func sameKey(a, b any) bool {
 	return ta == tb && ta.Comparable() && a == b
 }
 
-// run is the engine: attempt, classify, decide, wait or verify, report. r is
-// a zero runner but for its adapter and, for a call with options, own: the
-// storage its configuration is resolved into. An adapter may embed the
-// runner in its own per-call state, allocated by newCallState, so that a
-// call costs one allocation for all of them.
-func run(ctx context.Context, r *runner, opts []Option) error {
+// enter is the engine's entry, behind Run: it checks the call, then joins
+// an enclosing call's transaction on the same handle or runs the call's
+// retry loop.
+func enter(ctx context.Context, a adapter, opts []Option) error {
 	if ctx == nil {
 		return errors.Join(ErrInvalidOption, errors.New("txretry: nil context"))
 	}
-	a := r.a
-	cfg := &defaultConfig
+	h, hasHandle := a.handle()
+	if hasHandle && isNil(h) {
+		return fmt.Errorf("%w: nil database handle (%T)", ErrInvalidOption, h)
+	}
+	cfg := &defaultConfig // shared by the calls without options, so never written
 	if len(opts) > 0 {
-		cfg = r.own
-		if cfg == nil {
-			cfg = new(config)
-		}
+		cfg = new(config)
 		if err := resolve(cfg, opts); err != nil {
 			return err
 		}
 	}
-	r.cfg = cfg
-	if err := a.Check(cfg.txOpts); err != nil {
+	if err := a.check(cfg.txOpts); err != nil {
 		return err
 	}
 	// A nested call on the same handle joins the outer transaction and
 	// leaves retrying to the outermost call.
-	if v, ok := ctx.Value(txCtxKey{}).(*txCtxVal); ok && sameKey(v.key, a.Key()) {
-		return a.Call(ctx, v.tx)
+	outer, _ := ctx.Value(txCtxKey{}).(*txCtxVal)
+	if outer != nil && sameKey(outer.key, h) {
+		return a.join(ctx, outer.tx)
 	}
-	r.cm = cfg.cm
-	if !cfg.cmSet {
-		r.cm = defaultManager(a)
+	cm, err := managerOf(a, cfg, h)
+	if err != nil {
+		return err
 	}
-	if r.cm != nil && holds(ctx, r.cm) {
-		r.cm = nil // already admitted by the enclosing call: queueing again would deadlock
+	if cm != nil && holds(ctx, cm) {
+		cm = nil // already admitted by the enclosing call: queueing again would deadlock
 	}
-	r.parent, _ = ctx.Value(txCtxKey{}).(*txCtxVal)
-	return r.run(ctx)
+	c := &call{cfg: cfg, a: a, key: h, cm: cm, parent: outer, minDur: -1}
+	return c.loop(ctx)
 }
 
-type runner struct {
-	cfg    *config // resolved once per call (or the shared defaults), then read-only
-	own    *config // where a call with options resolves them, if the adapter provides it
-	a      core.Adapter
-	cm     *ContentionManager
-	parent *txCtxVal
-	start  time.Time
-	waited time.Duration
-	queued time.Duration // waiting for the contention manager's admission
-	ticket cmTicket      // the call's place in the contention manager's order, and its attempt's admission
-	pause  time.Duration // the manager asked for this pause before the next attempt (see release)
-	kept   bool          // the call keeps its place in the manager's gate through the pause
-	fnCtx  attemptCtx    // the context handed to fn in the first attempt
-}
-
-// attemptCtx is the context handed to fn: the caller's context plus the
-// running attempt under txCtxKey. It does what context.WithValue would, but
-// the first attempt's lives inside the runner instead of costing an
-// allocation.
-type attemptCtx struct {
-	context.Context
-	val txCtxVal
-}
-
-func (c *attemptCtx) Value(key any) any {
-	if _, ok := key.(txCtxKey); ok {
-		return &c.val
+// managerOf returns the contention manager of a call: the one chosen by an
+// option, else the handle's default one. Keys need a manager: a handle
+// without a default one gets a manager of its own for them.
+func managerOf(a adapter, cfg *config, h any) (*ContentionManager, error) {
+	if cfg.cmSet {
+		return cfg.cm, nil
 	}
-	return c.Context.Value(key)
+	m, ok := a.manager()
+	if !ok {
+		m = ManagerFor(h)
+	}
+	if m == nil && len(cfg.keys) > 0 {
+		if m = ManagerFor(h); m == nil {
+			return nil, fmt.Errorf("%w: WithContentionKeys: the handle (%T) is not a pointer, so it has no contention manager to hold the keys; pass one with WithContentionManager", ErrInvalidOption, h)
+		}
+	}
+	return m, nil
 }
 
-func (c *attemptCtx) String() string { return "txretry.attemptCtx" }
+// call is one call's state while its attempts run.
+type call struct {
+	cfg      *config // resolved once per call (or the shared defaults), then read-only
+	a        adapter
+	key      any // the adapter's Handle, to which nested calls join
+	cm       *ContentionManager
+	parent   *txCtxVal
+	start    time.Time
+	deadline time.Time     // the earlier of the context's deadline and the time budget; zero if neither
+	reason   string        // why the deadline is there: "deadline" or "time budget"
+	minDur   time.Duration // the shortest attempt so far; -1 before the first
+	waited   time.Duration // between attempts
+	queued   time.Duration // waiting for the contention manager's admission
+	ticket   cmTicket      // the call's place in the contention manager's order, and its attempt's admission
+	pause    time.Duration // the manager asked for this pause before the next attempt (see release)
+	kept     bool          // the call keeps its place in the manager's gate through the pause
+}
 
 type resultKind uint8
 
@@ -166,166 +140,156 @@ const (
 	resUncertain
 )
 
+// result is one attempt's outcome.
 type result struct {
 	kind  resultKind
 	err   error
 	state string // verifier's state recorded before COMMIT
 }
 
-func (r *runner) run(ctx context.Context) (err error) {
-	cfg := r.cfg
-	observed := len(cfg.observers) > 0
-	if observed || cfg.budget > 0 || r.cm != nil {
-		r.start = cfg.clock.Now()
-		r.ticket.since = r.start
-	}
-	deadline, reason := r.deadline(ctx)
-	// Attempts are timed for the contention manager, for the deadline
-	// check before a retry, and for observers; reading the clock costs
-	// enough to skip when none of them needs it.
-	timed := r.cm != nil || !deadline.IsZero() || observed
-	var (
-		last    error
-		minDur  time.Duration = -1
-		attempt int
-		outcome = Panicked
-	)
-	if observed {
+// loop is the retry loop: admit, attempt, classify, decide, wait or
+// verify, report.
+func (c *call) loop(ctx context.Context) error {
+	cfg := c.cfg
+	c.start = cfg.clock.Now()
+	c.ticket.since = c.start
+	c.deadline, c.reason = c.deadlineOf(ctx)
+	attempt, outcome := 0, Panicked
+	if len(cfg.observers) > 0 {
 		for _, o := range cfg.observers {
 			if cs, ok := o.(CallStarter); ok {
 				ctx = cs.StartCall(ctx, cfg.label)
 			}
 		}
 		defer func() {
-			r.observe(ctx, Event{Kind: CallFinished, Label: cfg.label, Outcome: outcome, Attempts: attempt,
-				Duration: cfg.clock.Now().Sub(r.start), Waited: r.waited, Queued: r.queued})
+			c.observe(ctx, Event{Kind: CallFinished, Label: cfg.label, Outcome: outcome, Attempts: attempt,
+				Duration: cfg.clock.Now().Sub(c.start), Waited: c.waited, Queued: c.queued})
 		}()
 	}
 	defer func() {
-		if r.kept { // gave up during a pause
-			r.cm.giveBack(true)
+		if c.kept { // gave up during a pause
+			c.cm.giveBack(true)
 		}
 	}()
+	finish := func(o Outcome, err error) error {
+		outcome = o
+		return err
+	}
+	var last error // the last failed attempt's error
 	for attempt = 1; ; attempt++ {
+		// Admit: the caller still waits, the contention manager lets the
+		// attempt in, and one as short as the shortest so far still fits.
 		if cerr := ctx.Err(); cerr != nil {
-			outcome = Cancelled
 			attempt--
-			if last == nil {
-				return cerr
-			}
-			return &RetryError{Attempts: attempt, Reason: "context", Cause: cerr, Err: last}
+			return finish(Cancelled, cancelled(attempt, cerr, last))
 		}
-		var queued time.Duration
-		if r.kept {
-			// The call kept its place through the pause.
-			r.cm.resume(&r.ticket)
-			r.kept = false
-		} else if r.cm != nil {
-			var q0 time.Time
-			if observed {
-				q0 = cfg.clock.Now()
+		queued, aerr := c.admit(ctx)
+		if aerr != nil {
+			attempt--
+			if ctx.Err() == nil { // the deadline or budget passed in the queue
+				return finish(Exhausted, &RetryError{Attempts: attempt, Reason: c.reason, Cause: ErrRetriesExhausted, Err: cmp.Or(last, aerr)})
 			}
-			aerr := r.admit(ctx, deadline)
-			if observed {
-				queued = cfg.clock.Now().Sub(q0)
-				r.queued += queued
-			}
-			if aerr != nil {
-				attempt--
-				if ctx.Err() == nil { // the deadline or budget passed in the queue
-					outcome = Exhausted
-					return &RetryError{Attempts: attempt, Reason: reason, Cause: ErrRetriesExhausted, Err: cmp.Or(last, aerr)}
-				}
-				outcome = Cancelled
-				if last == nil {
-					return aerr
-				}
-				return &RetryError{Attempts: attempt, Reason: "context", Cause: aerr, Err: last}
-			}
+			return finish(Cancelled, cancelled(attempt, aerr, last))
 		}
-		if attempt > 1 && !deadline.IsZero() && cfg.clock.Now().Add(minDur).After(deadline) {
+		if attempt > 1 && c.pastDeadline(0) {
 			// Admitted too late: the wait for admission ran on while
-			// another call held the gate or a key, and an attempt as
-			// short as the shortest so far would now end after the
-			// deadline or the time budget.
-			if r.cm != nil {
-				r.giveBack()
+			// another call held the gate or a key.
+			if c.cm != nil {
+				c.giveBack()
 			}
 			attempt--
-			outcome = Exhausted
-			return &RetryError{Attempts: attempt, Reason: reason, Cause: ErrRetriesExhausted, Err: last}
+			return finish(Exhausted, &RetryError{Attempts: attempt, Reason: c.reason, Cause: ErrRetriesExhausted, Err: last})
 		}
 		if attempt == 1 && cfg.budgetShared != nil {
 			cfg.budgetShared.deposit()
 		}
-		res, dur := r.admitted(ctx, attempt, queued, timed)
+
+		// Attempt and classify.
+		res, dur := c.attempt(ctx, attempt, queued)
 		if res.kind != resCommitted {
-			r.observeFailure(ctx, attempt, res, dur)
+			c.observeFailure(ctx, attempt, res, dur)
 		}
+
+		// Decide.
 		switch res.kind {
 		case resCommitted:
-			outcome = Committed
-			return nil
+			return finish(Committed, nil)
 		case resPermanent:
-			outcome = PermanentError
-			return res.err
+			return finish(PermanentError, res.err)
 		case resUncertain:
 			if cfg.verifier == nil {
-				outcome = CommitUncertain
-				return &CommitUncertainError{Attempts: attempt, Err: res.err}
+				return finish(CommitUncertain, &CommitUncertainError{Attempts: attempt, Err: res.err})
 			}
-			committed, verr := r.verify(ctx, res.state, deadline)
+			committed, verr := c.verify(ctx, res.state)
 			if verr != nil {
-				outcome = CommitUncertain
-				return &CommitUncertainError{Attempts: attempt, Err: res.err, Verifier: cfg.verifier.name(), VerifyErr: verr}
+				return finish(CommitUncertain, &CommitUncertainError{Attempts: attempt, Err: res.err, Verifier: cfg.verifier.name(), VerifyErr: verr})
 			}
 			if committed {
-				outcome = Committed
-				return nil
+				return finish(Committed, nil)
 			}
+			// Verified not committed: retried like a retryable error.
 		}
 		last = res.err
 		if attempt >= cfg.maxAttempts {
-			outcome = Exhausted
-			return &RetryError{Attempts: attempt, Reason: "attempt limit", Cause: ErrRetriesExhausted, Err: last}
+			return finish(Exhausted, &RetryError{Attempts: attempt, Reason: "attempt limit", Cause: ErrRetriesExhausted, Err: last})
 		}
-		if minDur < 0 || dur < minDur {
-			minDur = dur
+		if c.minDur < 0 || dur < c.minDur {
+			c.minDur = dur
 		}
-		var delay time.Duration
-		if r.cm == nil || cfg.backoffSet || len(cfg.keys) > 0 {
-			// A contention manager's gate spaces retries out by itself;
-			// keys do not: a conflict despite them came from elsewhere.
-			delay = max(cfg.backoff.Delay(attempt, cfg.rand()), 0)
-		}
-		if r.kept {
-			// The manager saw a conflict with another process: the call
-			// pauses in its place, for at most half the time left.
-			if !deadline.IsZero() {
-				r.pause = min(r.pause, max(deadline.Sub(cfg.clock.Now())-minDur, 0)/2)
-			}
-			delay = max(delay, r.pause)
-		}
-		if !deadline.IsZero() && cfg.clock.Now().Add(delay+minDur).After(deadline) {
-			outcome = Exhausted
-			return &RetryError{Attempts: attempt, Reason: reason, Cause: ErrRetriesExhausted, Err: last}
+		delay := c.delay(attempt)
+		if c.pastDeadline(delay) {
+			return finish(Exhausted, &RetryError{Attempts: attempt, Reason: c.reason, Cause: ErrRetriesExhausted, Err: last})
 		}
 		if cfg.budgetShared != nil && !cfg.budgetShared.withdraw() {
-			outcome = Exhausted
-			return &RetryError{Attempts: attempt, Reason: "retry budget", Cause: ErrRetriesExhausted, Err: last}
+			return finish(Exhausted, &RetryError{Attempts: attempt, Reason: "retry budget", Cause: ErrRetriesExhausted, Err: last})
 		}
+
+		// Wait.
 		if len(cfg.observers) > 0 {
-			r.observe(ctx, Event{Kind: RetryScheduled, Label: cfg.label, Attempt: attempt, Delay: delay})
+			c.observe(ctx, Event{Kind: RetryScheduled, Label: cfg.label, Attempt: attempt, Delay: delay})
 		}
-		if werr := r.wait(ctx, delay); werr != nil {
-			outcome = Cancelled
-			return &RetryError{Attempts: attempt, Reason: "context", Cause: werr, Err: last}
+		if werr := c.wait(ctx, delay); werr != nil {
+			return finish(Cancelled, &RetryError{Attempts: attempt, Reason: "context", Cause: werr, Err: last})
 		}
 	}
 }
 
-func (r *runner) observeFailure(ctx context.Context, attempt int, res result, dur time.Duration) {
-	if len(r.cfg.observers) == 0 {
+// cancelled is the error of a call whose context ended before an attempt.
+func cancelled(attempts int, cause, last error) error {
+	if last == nil {
+		return cause
+	}
+	return &RetryError{Attempts: attempts, Reason: "context", Cause: cause, Err: last}
+}
+
+// pastDeadline reports whether a wait of d and then an attempt as short as
+// the shortest so far would end after the deadline or the time budget.
+func (c *call) pastDeadline(d time.Duration) bool {
+	return !c.deadline.IsZero() && c.cfg.clock.Now().Add(d+c.minDur).After(c.deadline)
+}
+
+// delay is the wait before the attempt after attempt.
+func (c *call) delay(attempt int) time.Duration {
+	cfg := c.cfg
+	var d time.Duration
+	if c.cm == nil || cfg.backoffSet || len(cfg.keys) > 0 {
+		// A contention manager's gate spaces retries out by itself;
+		// keys do not: a conflict despite them came from elsewhere.
+		d = max(cfg.backoff.Delay(attempt, cfg.rand()), 0)
+	}
+	if c.kept {
+		// The manager saw a conflict with another process: the call
+		// pauses in its place, for at most half the time left.
+		if !c.deadline.IsZero() {
+			c.pause = min(c.pause, max(c.deadline.Sub(cfg.clock.Now())-c.minDur, 0)/2)
+		}
+		d = max(d, c.pause)
+	}
+	return d
+}
+
+func (c *call) observeFailure(ctx context.Context, attempt int, res result, dur time.Duration) {
+	if len(c.cfg.observers) == 0 {
 		return
 	}
 	class := Permanent
@@ -335,23 +299,23 @@ func (r *runner) observeFailure(ctx context.Context, attempt int, res result, du
 	case resUncertain:
 		class = Uncertain
 	}
-	r.observe(ctx, Event{Kind: AttemptFailed, Label: r.cfg.label, Attempt: attempt, Class: class,
+	c.observe(ctx, Event{Kind: AttemptFailed, Label: c.cfg.label, Attempt: attempt, Class: class,
 		Code: errCode(res.err), ErrType: errType(res.err), Duration: dur})
 }
 
 // observe hands e to every observer of the call.
-func (r *runner) observe(ctx context.Context, e Event) {
-	for _, o := range r.cfg.observers {
+func (c *call) observe(ctx context.Context, e Event) {
+	for _, o := range c.cfg.observers {
 		o.Observe(ctx, e)
 	}
 }
 
-// deadline is the earlier of the context's deadline and the time budget.
-func (r *runner) deadline(ctx context.Context) (time.Time, string) {
+// deadlineOf is the earlier of the context's deadline and the time budget.
+func (c *call) deadlineOf(ctx context.Context) (time.Time, string) {
 	var d time.Time
 	reason := ""
-	if r.cfg.budget > 0 {
-		d, reason = r.start.Add(r.cfg.budget), "time budget"
+	if c.cfg.budget > 0 {
+		d, reason = c.start.Add(c.cfg.budget), "time budget"
 	}
 	if cd, ok := ctx.Deadline(); ok && (d.IsZero() || cd.Before(d)) {
 		d, reason = cd, "deadline"
@@ -360,122 +324,112 @@ func (r *runner) deadline(ctx context.Context) (time.Time, string) {
 }
 
 // admit waits for the contention manager's admission, within ctx and the
-// deadline.
-func (r *runner) admit(ctx context.Context, deadline time.Time) error {
-	keys := r.cfg.keys
-	if len(keys) > 0 && r.cm.tryLockKeys(keys) || len(keys) == 0 && r.cm.tryAcquire(&r.ticket) {
-		return nil
+// deadline, and returns how long it waited.
+func (c *call) admit(ctx context.Context) (time.Duration, error) {
+	if c.cm == nil {
+		return 0, nil
 	}
-	if !deadline.IsZero() {
+	if c.kept {
+		// The call kept its place through the pause.
+		c.cm.resume(&c.ticket)
+		c.kept = false
+		return 0, nil
+	}
+	keys := c.cfg.keys
+	if len(keys) > 0 && c.cm.tryLockKeys(keys) || len(keys) == 0 && c.cm.tryAcquire(&c.ticket) {
+		return 0, nil
+	}
+	t0 := c.cfg.clock.Now()
+	if !c.deadline.IsZero() {
 		// The deadline is on the configured clock; a real timer
 		// approximates it.
-		actx, cancel := context.WithTimeout(ctx, deadline.Sub(r.cfg.clock.Now()))
+		actx, cancel := context.WithTimeout(ctx, c.deadline.Sub(t0))
 		defer cancel()
 		ctx = actx
 	}
+	var err error
 	if len(keys) > 0 {
-		return r.cm.lockKeys(ctx, keys)
+		err = c.cm.lockKeys(ctx, keys)
+	} else {
+		// A gate stands still in real time: the configured clock, which
+		// tests may run faster, does not time it.
+		err = c.cm.acquire(ctx, &c.ticket, systemClock{})
 	}
-	// A gate stands still in real time: the configured clock, which tests
-	// may run faster, does not time it.
-	return r.cm.acquire(ctx, &r.ticket, systemClock{})
+	queued := c.cfg.clock.Now().Sub(t0)
+	c.queued += queued
+	return queued, err
 }
 
 // leave gives back what admit took.
-func (r *runner) leave(conflict bool, d time.Duration, now time.Time) {
-	if len(r.cfg.keys) > 0 {
-		r.cm.unlockKeys(r.cfg.keys)
+func (c *call) leave(conflict bool, d time.Duration, now time.Time) {
+	if len(c.cfg.keys) > 0 {
+		c.cm.unlockKeys(c.cfg.keys)
 		return
 	}
 	// An explicit backoff spaces the retries itself.
-	r.pause = r.cm.release(&r.ticket, conflict, d, now, !r.cfg.backoffSet, r.cfg.rand)
-	r.kept = r.pause > 0
+	c.pause = c.cm.release(&c.ticket, conflict, d, now, !c.cfg.backoffSet, c.cfg.rand)
+	c.kept = c.pause > 0
 }
 
 // giveBack gives back what admit took, for an attempt that does not run.
-func (r *runner) giveBack() {
-	if len(r.cfg.keys) > 0 {
-		r.cm.unlockKeys(r.cfg.keys)
+func (c *call) giveBack() {
+	if len(c.cfg.keys) > 0 {
+		c.cm.unlockKeys(c.cfg.keys)
 		return
 	}
-	r.cm.giveBack(false)
+	c.cm.giveBack(false)
 }
 
 // wait sleeps d on the configured clock, or until ctx ends.
-func (r *runner) wait(ctx context.Context, d time.Duration) error {
+func (c *call) wait(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
-	t0 := r.cfg.clock.Now()
-	t := r.cfg.clock.NewTimer(d)
+	t0 := c.cfg.clock.Now()
+	t := c.cfg.clock.NewTimer(d)
 	defer t.Stop()
+	defer func() { c.waited += c.cfg.clock.Now().Sub(t0) }()
 	select {
 	case <-t.C():
-		r.waited += r.cfg.clock.Now().Sub(t0)
 		return nil
 	case <-ctx.Done():
-		r.waited += r.cfg.clock.Now().Sub(t0)
 		return context.Cause(ctx)
 	}
 }
 
-// admitted runs one attempt and, with a contention manager, leaves its gate
-// afterwards, even when fn panics. dur is how long the attempt took if timed,
-// else 0.
-func (r *runner) admitted(ctx context.Context, n int, queued time.Duration, timed bool) (res result, dur time.Duration) {
-	var t0 time.Time
-	if timed {
-		t0 = r.cfg.clock.Now()
-	}
-	if r.cm != nil {
-		panicked := true
+// attempt runs attempt n inside the contention manager's admission, and
+// gives the admission back afterwards, even when fn panics. dur is how long
+// the attempt took.
+func (c *call) attempt(ctx context.Context, n int, queued time.Duration) (res result, dur time.Duration) {
+	t0 := c.cfg.clock.Now()
+	if c.cm != nil {
 		defer func() {
-			if panicked {
-				now := r.cfg.clock.Now()
-				r.leave(false, now.Sub(t0), now)
-			}
+			now := c.cfg.clock.Now()
+			dur = now.Sub(t0)
+			// An attempt cut short because its caller's context ended (a
+			// lock wait that outlived the deadline, typically a deadlock
+			// PostgreSQL has not detected yet) is congestion too. A panic
+			// in fn is not.
+			conflict := res.kind == resRetryable || (res.kind == resPermanent && ctx.Err() != nil)
+			c.leave(conflict, dur, now)
 		}()
-		r.observeStart(ctx, n, queued)
-		res = r.attempt(ctx, n)
-		panicked = false
-		now := r.cfg.clock.Now()
-		dur = now.Sub(t0)
-		// An attempt cut short because its caller's context ended (a lock
-		// wait that outlived the deadline, typically a deadlock PostgreSQL
-		// has not detected yet) is congestion too.
-		r.leave(res.kind == resRetryable || (res.kind == resPermanent && ctx.Err() != nil), dur, now)
-		return res, dur
 	}
-	r.observeStart(ctx, n, queued)
-	res = r.attempt(ctx, n)
-	if timed {
-		dur = r.cfg.clock.Now().Sub(t0)
+	if len(c.cfg.observers) > 0 {
+		c.observe(ctx, Event{Kind: AttemptStarted, Label: c.cfg.label, Attempt: n, Queued: queued})
 	}
+	res = c.transaction(ctx, n)
+	dur = c.cfg.clock.Now().Sub(t0)
 	return res, dur
 }
 
-func (r *runner) observeStart(ctx context.Context, n int, queued time.Duration) {
-	if len(r.cfg.observers) > 0 {
-		r.observe(ctx, Event{Kind: AttemptStarted, Label: r.cfg.label, Attempt: n, Queued: queued})
-	}
-}
-
-// attempt runs one transaction: BEGIN, fn, COMMIT or ROLLBACK.
-func (r *runner) attempt(ctx context.Context, n int) result {
-	cfg := r.cfg
-	tx, err := r.a.Begin(ctx, cfg.txOpts)
+// transaction runs one transaction: BEGIN, fn, COMMIT or ROLLBACK.
+func (c *call) transaction(ctx context.Context, n int) result {
+	cfg := c.cfg
+	tx, err := c.a.begin(ctx, cfg.txOpts)
 	if err != nil {
-		return r.classify(err)
+		return c.classify(err)
 	}
-	// The first attempt's context lives in the runner; a retry gets a new
-	// one, since goroutines of the previous attempt (database/sql watches a
-	// statement's context until its rows are closed) may still read the old.
-	actx := &r.fnCtx
-	if n > 1 {
-		actx = new(attemptCtx)
-	}
-	*actx = attemptCtx{Context: ctx, val: txCtxVal{key: r.a.Key(), tx: tx, attempt: n, gate: r.cm, parent: r.parent}}
-	var fnCtx context.Context = actx
+	fnCtx := context.WithValue(ctx, txCtxKey{}, &txCtxVal{key: c.key, tx: tx, attempt: n, gate: c.cm, parent: c.parent})
 	if cfg.attemptTimeout > 0 {
 		var cancel context.CancelFunc
 		fnCtx, cancel = context.WithTimeout(fnCtx, cfg.attemptTimeout)
@@ -486,17 +440,17 @@ func (r *runner) attempt(ctx context.Context, n int) result {
 		if !finished {
 			// fn panicked (or called runtime.Goexit): roll back and let the
 			// panic go on with its original value.
-			r.rollback(ctx, tx)
+			c.rollback(ctx, tx)
 		}
 	}()
-	err = r.a.Call(fnCtx, tx)
+	err = c.a.call(fnCtx, tx)
 	finished = true
 	if err != nil {
 		if cfg.attemptTimeout > 0 && ctx.Err() == nil && errors.Is(fnCtx.Err(), context.DeadlineExceeded) {
 			err = &attemptTimeoutError{err: err}
 		}
-		r.rollback(ctx, tx)
-		return r.classify(err)
+		c.rollback(ctx, tx)
+		return c.classify(err)
 	}
 	var state string
 	if cfg.verifier != nil {
@@ -506,29 +460,29 @@ func (r *runner) attempt(ctx context.Context, n int) result {
 		state, err = cfg.verifier.prepare(pctx, tx)
 		cancel()
 		if err != nil {
-			r.rollback(ctx, tx)
-			return r.classify(err)
+			c.rollback(ctx, tx)
+			return c.classify(err)
 		}
 	}
 	err = tx.Commit(ctx, cfg.commitTimeout)
 	if err == nil {
 		return result{kind: resCommitted}
 	}
-	if !notCommitted(err, r.a.NotCommitted) {
+	if !notCommitted(err) {
 		return result{kind: resUncertain, err: err, state: state}
 	}
-	return r.classify(err)
+	return c.classify(err)
 }
 
-func (r *runner) classify(err error) result {
-	if r.cfg.classify(err) {
+func (c *call) classify(err error) result {
+	if c.cfg.classify(err) {
 		return result{kind: resRetryable, err: err}
 	}
 	return result{kind: resPermanent, err: err}
 }
 
-func (r *runner) rollback(ctx context.Context, tx core.Tx) {
-	_ = tx.Rollback(ctx, r.cfg.commitTimeout) // the attempt's own error is what the caller needs
+func (c *call) rollback(ctx context.Context, tx Tx) {
+	_ = tx.Rollback(ctx, c.cfg.commitTimeout) // the attempt's own error is what the caller needs
 }
 
 type attemptTimeoutError struct{ err error }
@@ -552,7 +506,11 @@ func DefaultClassifier(err error) bool {
 
 // notCommitted reports whether a COMMIT error proves that nothing was
 // committed. Everything it does not prove is uncertain.
-func notCommitted(err error, adapterSays func(error) bool) bool {
+func notCommitted(err error) bool {
+	if errors.Is(err, ErrNotCommitted) {
+		// The adapter knows its driver's answer (see NotCommitted).
+		return true
+	}
 	if errors.Is(err, driver.ErrBadConn) {
 		// database/sql/driver: "ErrBadConn should be returned ... to signal
 		// ... that the driver did not perform the operation".
@@ -562,23 +520,14 @@ func notCommitted(err error, adapterSays func(error) bool) bool {
 		// pgconn: nothing was sent to the server.
 		return true
 	}
-	if adapterSays != nil && adapterSays(err) {
-		return true
-	}
 	if code := pgerr.SQLState(err); code != "" {
 		return !uncertainSQLState(code)
 	}
 	if n, ok := mysqlerr.Number(err); ok {
 		return rolledBackAtCommit(n)
 	}
-	return walk(err, func(e error) bool { return e.Error() == pgxCommitRollbackMsg })
+	return false
 }
-
-// pgxCommitRollbackMsg is the text of pgx.ErrTxCommitRollback: the server
-// answered COMMIT with ROLLBACK because the transaction had failed. Matched
-// by text so that the database/sql path does not import pgx; a test pins it
-// to the real value.
-const pgxCommitRollbackMsg = "commit unexpectedly resulted in rollback"
 
 // rolledBackAtCommit reports the MySQL/MariaDB/TiDB error numbers whose
 // documentation says the transaction was rolled back or not applied when

@@ -98,8 +98,8 @@ func TestObserverEventSequences(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if tc.cancel {
-				f.clock.block = true
-				go func() { <-f.clock.timerOut; cancel() }()
+				f.clock.Block = true
+				go func() { <-f.clock.Blocking(); cancel() }()
 			}
 			log := &eventLog{}
 			var calls atomic.Int32

@@ -4,9 +4,8 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"time"
-
-	"github.com/txretry/txretry/txretry/internal/core"
 )
 
 // Defaults of the options. Each option's documentation repeats its default.
@@ -40,7 +39,7 @@ type config struct {
 	attemptTimeout time.Duration
 	commitTimeout  time.Duration
 	verifyTimeout  time.Duration
-	txOpts         core.TxOptions
+	txOpts         TxOptions
 	classify       func(error) bool
 	clock          Clock
 	rand           func() float64
@@ -55,7 +54,16 @@ type config struct {
 
 // isNil reports a nil interface or an interface holding a nil pointer,
 // func, map or similar, which would panic on first use.
-func isNil(v any) bool { return core.IsNil(v) }
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
+}
 
 // defaultConfig is the configuration of every call without options: shared,
 // so never written.

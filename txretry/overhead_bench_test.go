@@ -31,17 +31,45 @@ func handWritten(ctx context.Context, db *sql.DB) error {
 	return tx.Commit()
 }
 
-func benchHandWritten(b *testing.B, ctx context.Context) {
+// BenchmarkOverhead runs each pair on the same kind of context: a plain
+// one, and a cancellable one as a request's usually is (RunInTx then also
+// watches it during BEGIN). A call with options resolves them into a
+// configuration of its own; one without shares the defaults. The figure
+// that matters is the difference within a pair; the integration module's
+// BenchmarkOverheadPostgres sets it beside a real transaction.
+func BenchmarkOverhead(b *testing.B) {
+	cancellable, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	db := (&fakedb.Driver{NoLog: true}).DB()
 	defer db.Close()
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := handWritten(ctx, db); err != nil {
-			b.Fatal(err)
-		}
+	for _, bc := range []struct {
+		name string
+		ctx  context.Context
+		run  func(ctx context.Context) error
+	}{
+		{"bare", context.Background(), func(ctx context.Context) error { return handWritten(ctx, db) }},
+		{"RunInTx", context.Background(), func(ctx context.Context) error { return txretry.RunInTx(ctx, db, benchFn) }},
+		{"RunInTx-no-manager", context.Background(), func(ctx context.Context) error {
+			return txretry.RunInTx(ctx, db, benchFn, txretry.WithoutContentionManager())
+		}},
+		{"RunInTx-options", context.Background(), func(ctx context.Context) error {
+			return txretry.RunInTx(ctx, db, benchFn, txretry.WithLabel("bench"), txretry.WithMaxAttempts(5))
+		}},
+		{"bare-cancellable", cancellable, func(ctx context.Context) error { return handWritten(ctx, db) }},
+		{"RunInTx-cancellable", cancellable, func(ctx context.Context) error { return txretry.RunInTx(ctx, db, benchFn) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := bc.run(bc.ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
+// benchRunInTx runs RunInTx with opts on the fake driver.
 func benchRunInTx(b *testing.B, ctx context.Context, opts ...txretry.Option) {
 	db := (&fakedb.Driver{NoLog: true}).DB()
 	defer db.Close()
@@ -51,31 +79,4 @@ func benchRunInTx(b *testing.B, ctx context.Context, opts ...txretry.Option) {
 			b.Fatal(err)
 		}
 	}
-}
-
-func BenchmarkHandWritten(b *testing.B) { benchHandWritten(b, context.Background()) }
-
-func BenchmarkRunInTx(b *testing.B) { benchRunInTx(b, context.Background()) }
-
-func BenchmarkRunInTxNoContentionManager(b *testing.B) {
-	benchRunInTx(b, context.Background(), txretry.WithoutContentionManager())
-}
-
-// A call with options resolves them into a configuration of its own; one
-// without shares the defaults.
-func BenchmarkRunInTxWithOptions(b *testing.B) {
-	benchRunInTx(b, context.Background(), txretry.WithLabel("bench"), txretry.WithMaxAttempts(5))
-}
-
-// The same with a cancellable context, as a request's usually is: RunInTx
-// then also watches it during BEGIN.
-
-func BenchmarkHandWrittenCancellable(b *testing.B) { benchHandWritten(b, cancellable(b)) }
-
-func BenchmarkRunInTxCancellable(b *testing.B) { benchRunInTx(b, cancellable(b)) }
-
-func cancellable(b *testing.B) context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
-	return ctx
 }

@@ -5,10 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
-
-	"github.com/txretry/txretry/txretry/internal/core"
 )
 
 // DB begins database/sql transactions: *sql.DB and *sql.Conn satisfy it.
@@ -32,8 +29,11 @@ type DB interface {
 // under WithCommitTimeout even if ctx ends meanwhile, so that a cancellation
 // never by itself makes a commit uncertain. The transaction is therefore
 // begun on a context that does not carry ctx's cancellation; BEGIN and the
-// wait for a pooled connection still end with ctx, at most 2 ms after it
-// ended.
+// wait for a pooled connection still end with ctx.
+//
+// A *sql.DB or *sql.Conn has a default ContentionManager (see ManagerFor);
+// another DB has none unless the call names WithContentionKeys, which get a
+// manager per handle when db is a pointer.
 func RunInTx(ctx context.Context, db DB, fn func(ctx context.Context, tx *sql.Tx) error, opts ...Option) error {
 	if isNil(db) {
 		return fmt.Errorf("%w: nil DB", ErrInvalidOption)
@@ -41,125 +41,135 @@ func RunInTx(ctx context.Context, db DB, fn func(ctx context.Context, tx *sql.Tx
 	if fn == nil {
 		return fmt.Errorf("%w: nil fn", ErrInvalidOption)
 	}
-	a := newCallState(opts, func(a *sqlAdapter) *runner { return &a.r })
-	a.db, a.fn, a.r.a = db, fn, a
-	return run(ctx, &a.r, opts)
+	return Run(ctx, sqlAdapter{db: db, fn: fn}, opts...)
 }
 
-// sqlAdapter adapts database/sql to the engine. It holds all of a call's
-// state, the engine's included, so that a call allocates it once.
+// sqlAdapter runs database/sql transactions in the engine.
 type sqlAdapter struct {
-	r  runner
 	db DB
 	fn func(ctx context.Context, tx *sql.Tx) error
-	tx sqlTx // the running attempt's transaction, reused across attempts
 }
 
-func (a *sqlAdapter) Key() any { return a.db }
-
-func (a *sqlAdapter) Begin(ctx context.Context, o core.TxOptions) (core.Tx, error) {
-	t := &a.tx
-	if t.tx != nil {
-		t = new(sqlTx) // a verifier's transaction while the attempt's is open
-	}
-	return t, t.begin(ctx, a.db, o)
+func (a sqlAdapter) Begin(ctx context.Context, o TxOptions) (*SQLTx[*sql.Tx], error) {
+	return BeginSQL(ctx, func(ctx context.Context) (*sql.Tx, error) {
+		return a.db.BeginTx(ctx, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
+	})
 }
 
-func (a *sqlAdapter) Call(ctx context.Context, tx core.Tx) error { return a.fn(ctx, tx.(*sqlTx).tx) }
+func (a sqlAdapter) Call(ctx context.Context, tx *SQLTx[*sql.Tx]) error { return a.fn(ctx, tx.Tx) }
 
-func (a *sqlAdapter) NotCommitted(err error) bool { return errors.Is(err, ErrTxEndedByFn) }
+func (a sqlAdapter) Handle() any { return a.db }
 
-func (a *sqlAdapter) Check(core.TxOptions) error { return nil }
-
-func (a *sqlAdapter) SingleConn() bool {
-	_, ok := a.db.(*sql.Conn)
-	return ok
-}
-
-func (a *sqlAdapter) PerHandle(m *sync.Map, newV func() any) any {
-	switch h := a.db.(type) {
-	case *sql.DB:
-		return core.PerHandle(m, h, newV)
-	case *sql.Conn:
-		return core.PerHandle(m, h, newV)
+func (a sqlAdapter) ContentionManager() *ContentionManager {
+	switch a.db.(type) {
+	case *sql.DB, *sql.Conn:
+		return ManagerFor(a.db)
 	}
 	return nil
 }
 
-// sqlTx is one database/sql transaction of the engine's. It is begun on a
-// shield: a context that carries the caller's values but not its
-// cancellation (database/sql rolls a transaction back when its BeginTx
-// context ends), which the adapter cancels itself to abandon BEGIN when the
-// caller gives up, and to bound COMMIT and ROLLBACK.
-type sqlTx struct {
-	tx   *sql.Tx
-	sh   *shield
-	opts sql.TxOptions
+func (a sqlAdapter) SingleConn() bool {
+	_, ok := a.db.(*sql.Conn)
+	return ok
 }
 
-func (t *sqlTx) begin(ctx context.Context, db DB, o core.TxOptions) error {
-	t.opts = sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly}
-	t.sh = getShield(ctx)
-	var err error
-	if ctx.Done() == nil {
-		t.tx, err = db.BeginTx(t.sh.ctx, &t.opts)
-	} else {
-		// BEGIN itself (and the wait for a pooled connection) still
-		// honours the caller's cancellation: a short one by the check
-		// after it, a long one by the shield's watch.
-		t.sh.watch(ctx)
-		t.tx, err = db.BeginTx(t.sh.ctx, &t.opts)
-		t.sh.endWatch()
-		if ctx.Err() != nil {
-			// ctx ended during BEGIN or the wait for a connection. If a
-			// transaction began, roll it back (database/sql may already be
-			// doing so, if the watch cancelled the shield).
-			if err == nil {
-				_ = t.tx.Rollback()
-			}
-			err = context.Cause(ctx)
+// SQLTransaction is what SQLTx needs of a transaction built on
+// database/sql: *sql.Tx has it, and so do sqlx's *sqlx.Tx and bun's bun.Tx.
+type SQLTransaction interface {
+	Commit() error
+	Rollback() error
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// SQLTx is one attempt's transaction for adapters of libraries built on
+// database/sql (RunInTx's own, sqlx, bun): a Tx, with QueryString, over the
+// library's transaction T, which the adapter's Call hands to the caller's
+// function. Begin it with BeginSQL.
+//
+// database/sql rolls a transaction back when the context it was begun on
+// ends, and pgx's stdlib driver commits under that context, so BeginSQL
+// begins it on a context that carries the caller's values but not its
+// cancellation, which SQLTx cancels itself: to abandon BEGIN when the
+// caller gives up, and to bound COMMIT and ROLLBACK by their timeout.
+type SQLTx[T SQLTransaction] struct {
+	Tx     T
+	cancel context.CancelFunc
+}
+
+// BeginSQL begins a transaction with begin, which must begin it on the
+// context it is given (as db.BeginTx(ctx, opts) does). BEGIN, and the wait
+// for a pooled connection, end with ctx; the transaction does not.
+func BeginSQL[T SQLTransaction](ctx context.Context, begin func(ctx context.Context) (T, error)) (*SQLTx[T], error) {
+	tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := func() bool { return true }
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, cancel)
+	}
+	tx, err := begin(tctx)
+	if !stop() || ctx.Err() != nil {
+		// ctx ended during BEGIN or the wait for a connection. If a
+		// transaction began, roll it back (database/sql may already be
+		// doing so, having seen the cancellation).
+		if err == nil {
+			_ = tx.Rollback()
 		}
+		err = context.Cause(ctx)
 	}
 	if err != nil {
-		t.end()
+		cancel()
+		return nil, err
 	}
-	return err
+	return &SQLTx[T]{Tx: tx, cancel: cancel}, nil
 }
 
-// bounded runs f (COMMIT or ROLLBACK) and cancels the transaction's context
+// bounded runs f (COMMIT or ROLLBACK), cancelling the transaction's context
 // if timeout passes first, which makes the driver abandon the statement.
-func (t *sqlTx) bounded(timeout time.Duration, f func() error) error {
-	t.sh.arm(timeout)
+func (t *SQLTx[T]) bounded(timeout time.Duration, f func() error) error {
+	timer := time.AfterFunc(timeout, t.cancel)
 	err := f()
-	t.end()
+	timer.Stop()
+	t.cancel()
 	return err
 }
 
-// end releases the shield once the transaction is over.
-func (t *sqlTx) end() {
-	t.sh.release()
-	t.tx, t.sh = nil, nil
-}
-
-func (t *sqlTx) Commit(_ context.Context, timeout time.Duration) error {
-	err := t.bounded(timeout, t.tx.Commit)
-	if errors.Is(err, sql.ErrTxDone) {
-		return fmt.Errorf("%w: %w", ErrTxEndedByFn, err)
+// Commit commits within timeout. An error that proves nothing was
+// committed is marked with NotCommitted: sql.ErrTxDone (fn ended the
+// transaction itself, reported as ErrTxEndedByFn) and pgx's
+// ErrTxCommitRollback through its stdlib driver.
+func (t *SQLTx[T]) Commit(_ context.Context, timeout time.Duration) error {
+	err := t.bounded(timeout, t.Tx.Commit)
+	switch {
+	case errors.Is(err, sql.ErrTxDone):
+		return NotCommitted(fmt.Errorf("%w: %w", ErrTxEndedByFn, err))
+	case walk(err, func(e error) bool { return e.Error() == pgxCommitRollbackMsg }):
+		return NotCommitted(err)
 	}
 	return err
 }
 
-func (t *sqlTx) Rollback(_ context.Context, timeout time.Duration) error {
-	return t.bounded(timeout, t.tx.Rollback)
+// pgxCommitRollbackMsg is the text of pgx.ErrTxCommitRollback, which pgx's
+// stdlib driver returns when the server answered COMMIT with ROLLBACK
+// because the transaction had failed. Matched by text so that the
+// database/sql adapter does not import pgx; tests pin it to pgx's value and
+// to what a real server gives through the stdlib driver.
+const pgxCommitRollbackMsg = "commit unexpectedly resulted in rollback"
+
+// Rollback rolls back within timeout.
+func (t *SQLTx[T]) Rollback(_ context.Context, timeout time.Duration) error {
+	return t.bounded(timeout, t.Tx.Rollback)
 }
 
-func (t *sqlTx) Exec(ctx context.Context, query string) error {
-	_, err := t.tx.ExecContext(ctx, query)
+// Exec runs query, which has no arguments.
+func (t *SQLTx[T]) Exec(ctx context.Context, query string) error {
+	_, err := t.Tx.ExecContext(ctx, query)
 	return err
 }
 
-func (t *sqlTx) QueryString(ctx context.Context, query string) (string, bool, error) {
-	var s sql.NullString
-	err := t.tx.QueryRowContext(ctx, query).Scan(&s)
-	return s.String, s.Valid, err
+// QueryString runs query, which returns one row of one text column; valid
+// is false for NULL.
+func (t *SQLTx[T]) QueryString(ctx context.Context, query string) (s string, valid bool, err error) {
+	var ns sql.NullString
+	err = t.Tx.QueryRowContext(ctx, query).Scan(&ns)
+	return ns.String, ns.Valid, err
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/txretry/txretry/mysqlerr"
 	"github.com/txretry/txretry/pgerr"
-	"github.com/txretry/txretry/txretry/internal/core"
 )
 
 // verifier establishes the outcome of an uncertain commit.
@@ -20,7 +19,7 @@ type verifier interface {
 	name() string
 	// prepare runs inside the transaction just before COMMIT and returns
 	// what verify needs.
-	prepare(ctx context.Context, tx core.Tx) (state string, err error)
+	prepare(ctx context.Context, tx Tx) (state string, err error)
 	// verify makes one try at establishing the outcome. An error is retried
 	// with backoff until the verification deadline, unless it matches
 	// errUnresolvable.
@@ -28,7 +27,7 @@ type verifier interface {
 }
 
 // beginFunc starts a fresh transaction for a verifier.
-type beginFunc func(ctx context.Context, opts core.TxOptions) (core.Tx, error)
+type beginFunc func(ctx context.Context, opts TxOptions) (Tx, error)
 
 // probeTimeout bounds the rollback of a verifier's probe transaction.
 const probeTimeout = 5 * time.Second
@@ -70,7 +69,7 @@ type callbackVerifier func(ctx context.Context) (bool, error)
 
 func (callbackVerifier) name() string { return "callback" }
 
-func (callbackVerifier) prepare(context.Context, core.Tx) (string, error) { return "", nil }
+func (callbackVerifier) prepare(context.Context, Tx) (string, error) { return "", nil }
 
 func (f callbackVerifier) verify(ctx context.Context, _ beginFunc, _ string) (committed bool, err error) {
 	defer func() {
@@ -102,11 +101,11 @@ type xactStatusVerifier struct{ readOnly *bool }
 
 func (xactStatusVerifier) name() string { return "xact-status" }
 
-func (v xactStatusVerifier) prepare(ctx context.Context, tx core.Tx) (string, error) {
+func (v xactStatusVerifier) prepare(ctx context.Context, tx Tx) (string, error) {
 	if *v.readOnly {
 		return "", nil
 	}
-	id, ok, err := tx.QueryString(ctx, "SELECT pg_current_xact_id_if_assigned()::text")
+	id, ok, err := queryString(ctx, tx, "SELECT pg_current_xact_id_if_assigned()::text")
 	if err != nil || !ok {
 		return "", err
 	}
@@ -120,12 +119,12 @@ func (xactStatusVerifier) verify(ctx context.Context, begin beginFunc, xid strin
 	if strings.Trim(xid, "0123456789") != "" {
 		return false, fmt.Errorf("%w: malformed transaction id", errUnresolvable)
 	}
-	tx, err := begin(ctx, core.TxOptions{ReadOnly: true})
+	tx, err := begin(ctx, TxOptions{ReadOnly: true})
 	if err != nil {
 		return false, err
 	}
 	defer tx.Rollback(ctx, probeTimeout) //nolint:errcheck // read-only probe
-	status, ok, err := tx.QueryString(ctx, "SELECT pg_xact_status('"+xid+"'::xid8)")
+	status, ok, err := queryString(ctx, tx, "SELECT pg_xact_status('"+xid+"'::xid8)")
 	switch {
 	case err != nil:
 		return false, err
@@ -140,6 +139,17 @@ func (xactStatusVerifier) verify(ctx context.Context, begin beginFunc, xid strin
 	default:
 		return false, fmt.Errorf("%w: pg_xact_status returned %q", errUnresolvable, status)
 	}
+}
+
+// queryString runs query through tx's QueryString method (see Tx).
+func queryString(ctx context.Context, tx Tx, query string) (s string, valid bool, err error) {
+	q, ok := tx.(interface {
+		QueryString(ctx context.Context, query string) (string, bool, error)
+	})
+	if !ok {
+		return "", false, fmt.Errorf("%w: WithXactStatusVerification needs a QueryString method, which the transaction type %T does not have", ErrInvalidOption, tx)
+	}
+	return q.QueryString(ctx, query)
 }
 
 // WithCommitMarker verifies uncertain commits with a marker row, on any
@@ -174,7 +184,7 @@ type markerVerifier struct {
 
 func (markerVerifier) name() string { return "commit-marker" }
 
-func (v markerVerifier) prepare(ctx context.Context, tx core.Tx) (string, error) {
+func (v markerVerifier) prepare(ctx context.Context, tx Tx) (string, error) {
 	if *v.readOnly {
 		return "", nil
 	}
@@ -192,7 +202,7 @@ func (v markerVerifier) verify(ctx context.Context, begin beginFunc, token strin
 	if token == "" {
 		return false, nil // read-only: nothing was written, re-running is harmless
 	}
-	tx, err := begin(ctx, core.TxOptions{})
+	tx, err := begin(ctx, TxOptions{})
 	if err != nil {
 		return false, err
 	}
@@ -251,8 +261,9 @@ func PurgeCommitMarkersSQL(table string, olderThan time.Duration) (string, error
 
 // verify runs the configured verifier until it answers, retrying errors with
 // the backoff within the verification timeout, the time budget and ctx.
-func (r *runner) verify(ctx context.Context, state string, deadline time.Time) (committed bool, err error) {
-	cfg := r.cfg
+func (c *call) verify(ctx context.Context, state string) (committed bool, err error) {
+	cfg := c.cfg
+	deadline := c.deadline
 	vctx, cancel := context.WithTimeout(ctx, cfg.verifyTimeout)
 	defer cancel()
 	if !deadline.IsZero() {
@@ -268,16 +279,16 @@ func (r *runner) verify(ctx context.Context, state string, deadline time.Time) (
 			} else if err == nil {
 				res = VerifiedNotCommitted
 			}
-			r.observe(ctx, Event{Kind: CommitVerified, Label: cfg.label, Verifier: cfg.verifier.name(),
+			c.observe(ctx, Event{Kind: CommitVerified, Label: cfg.label, Verifier: cfg.verifier.name(),
 				Verification: res, Code: errCode(err), ErrType: errType(err)})
 		}
 	}()
-	begin := beginFunc(r.a.Begin)
-	if r.a.SingleConn() {
+	begin := beginFunc(c.a.begin)
+	if c.a.singleConn() {
 		// The handle's only connection is the one that was lost: a
 		// built-in verifier cannot get another one through it.
-		begin = func(ctx context.Context, o core.TxOptions) (core.Tx, error) {
-			tx, err := r.a.Begin(ctx, o)
+		begin = func(ctx context.Context, o TxOptions) (Tx, error) {
+			tx, err := c.a.begin(ctx, o)
 			if err != nil {
 				return nil, fmt.Errorf("%w: the handle is a single connection, lost with the commit; use a pool (*sql.DB, *pgxpool.Pool) or WithVerify: %w", errUnresolvable, err)
 			}
@@ -293,7 +304,7 @@ func (r *runner) verify(ctx context.Context, state string, deadline time.Time) (
 		if d, ok := vctx.Deadline(); ok && cfg.clock.Now().Add(delay).After(d) {
 			return false, err
 		}
-		if werr := r.wait(vctx, delay); werr != nil {
+		if werr := c.wait(vctx, delay); werr != nil {
 			return false, errors.Join(err, werr)
 		}
 	}

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/internal/fakeclock"
 	"github.com/txretry/txretry/txretry/internal/fakedb"
-	"github.com/txretry/txretry/txretry/internal/stillclock"
 	"github.com/txretry/txretry/txretry/otelretry"
 )
 
@@ -227,7 +227,7 @@ func TestObserverRecords(t *testing.T) {
 			defer db.Close()
 			opts := append([]txretry.Option{
 				txretry.WithLabel("transfer"),
-				txretry.WithClock(&stillclock.Clock{}),
+				txretry.WithClock(&fakeclock.Clock{}),
 				txretry.WithBackoff(txretry.Constant(5 * time.Millisecond)),
 				txretry.WithObserver(h.obs),
 			}, tt.opts...)
@@ -317,7 +317,7 @@ func TestOverlappingCallsOnOneContext(t *testing.T) {
 	defer db.Close()
 	ctx := context.Background()
 	opts := []txretry.Option{txretry.WithObserver(h.obs), txretry.WithLabel("shared"),
-		txretry.WithClock(&stillclock.Clock{}), txretry.WithoutContentionManager()}
+		txretry.WithClock(&fakeclock.Clock{}), txretry.WithoutContentionManager()}
 
 	errA := make(chan error, 1)
 	go func() { errA <- txretry.RunInTx(ctx, db, debit, opts...) }()
@@ -421,7 +421,7 @@ func TestSeveralTracingObservers(t *testing.T) {
 	err := txretry.RunInTx(context.Background(), db, debit, txretry.WithLabel("x"),
 		txretry.WithObserver(first.obs), txretry.WithObserver(startCaller{first.tp.Tracer("other")}),
 		txretry.WithObserver(second.obs),
-		txretry.WithBackoff(txretry.Constant(0)), txretry.WithClock(&stillclock.Clock{}))
+		txretry.WithBackoff(txretry.Constant(0)), txretry.WithClock(&fakeclock.Clock{}))
 	if err != nil {
 		t.Fatalf("RunInTx: %v", err)
 	}
@@ -486,7 +486,7 @@ func TestCallEndedInTheQueue(t *testing.T) {
 	defer db.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := txretry.RunInTx(ctx, db, debit, txretry.WithObserver(h.obs), txretry.WithClock(&stillclock.Clock{}))
+	err := txretry.RunInTx(ctx, db, debit, txretry.WithObserver(h.obs), txretry.WithClock(&fakeclock.Clock{}))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("RunInTx: %v, want context.Canceled", err)
 	}
@@ -506,7 +506,7 @@ func TestAnyContext(t *testing.T) {
 	db := (&fakedb.Driver{OnExec: failExecs(serialization)}).DB()
 	defer db.Close()
 	err := txretry.RunInTx(listCtx{Context: context.Background()}, db, debit,
-		txretry.WithObserver(h.obs), txretry.WithBackoff(txretry.Constant(0)), txretry.WithClock(&stillclock.Clock{}))
+		txretry.WithObserver(h.obs), txretry.WithBackoff(txretry.Constant(0)), txretry.WithClock(&fakeclock.Clock{}))
 	if err != nil {
 		t.Fatalf("RunInTx: %v", err)
 	}

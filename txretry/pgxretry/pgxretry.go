@@ -14,7 +14,6 @@ import (
 
 	"github.com/txretry/txretry/pgerr"
 	"github.com/txretry/txretry/txretry"
-	"github.com/txretry/txretry/txretry/internal/core"
 )
 
 // Beginner begins pgx transactions: *pgxpool.Pool and *pgx.Conn satisfy it.
@@ -26,35 +25,35 @@ type Beginner interface {
 // whole transaction when PostgreSQL reports a serialization failure or a
 // deadlock, with the same semantics and options as txretry.RunInTx.
 //
-// The pgx.Tx that fn receives records the first error the server reports to
-// any of its statements. If fn swallows such an error and returns nil, the
-// server answers COMMIT with ROLLBACK (pgx.ErrTxCommitRollback); RunInTx then
+// The pgx.Tx that fn receives records the server error that aborted the
+// transaction: the last error its statements got, other than 25P02
+// (in_failed_sql_transaction), unless a later statement succeeded, as a
+// ROLLBACK TO SAVEPOINT does (an error fn handled through a savepoint is
+// forgotten). If fn swallows such an error and returns nil, the server
+// answers COMMIT with ROLLBACK (pgx.ErrTxCommitRollback); RunInTx then
 // returns an error that matches both, and retries when the swallowed error
-// was retryable. Calls of Commit or Rollback on that pgx.Tx by fn return
+// was retryable. Statements that fn runs through tx.Conn() bypass the
+// record: a COMMIT turned into ROLLBACK after them is returned as
+// pgx.ErrTxCommitRollback alone, and not retried. Calls of Commit or Rollback on that pgx.Tx by fn return
 // txretry.ErrTxEndedByFn and do nothing: RunInTx ends the transaction.
 //
 // What ctx governs: BEGIN, fn's statements (when fn passes the context it
 // received), the waits between attempts and verification; not COMMIT, which
 // runs under txretry.WithCommitTimeout once fn has returned nil.
 func RunInTx(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error, opts ...txretry.Option) error {
-	if core.IsNil(db) {
-		return fmt.Errorf("%w: nil Beginner", txretry.ErrInvalidOption)
-	}
 	if fn == nil {
 		return fmt.Errorf("%w: nil fn", txretry.ErrInvalidOption)
 	}
-	return core.Run(ctx, &adapter{db: db, fn: fn}, opts)
+	return txretry.Run(ctx, adapter{db: db, fn: fn}, opts...)
 }
 
-// adapter adapts pgx to txretry's engine.
+// adapter runs pgx transactions in txretry's engine.
 type adapter struct {
 	db Beginner
 	fn func(ctx context.Context, tx pgx.Tx) error
 }
 
-func (a *adapter) Key() any { return a.db }
-
-func (a *adapter) Begin(ctx context.Context, o core.TxOptions) (core.Tx, error) {
+func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*attempt, error) {
 	opts, err := txOptions(o)
 	if err != nil {
 		return nil, err
@@ -66,34 +65,32 @@ func (a *adapter) Begin(ctx context.Context, o core.TxOptions) (core.Tx, error) 
 	return &attempt{tx: tx}, nil
 }
 
-func (a *adapter) Call(ctx context.Context, tx core.Tx) error {
-	at := tx.(*attempt)
+func (a adapter) Call(ctx context.Context, at *attempt) error {
 	return a.fn(ctx, &recTx{Tx: at.tx, rec: &at.rec, outer: true})
 }
 
-func (a *adapter) NotCommitted(err error) bool { return errors.Is(err, pgx.ErrTxCommitRollback) }
+// Handle is db, which may be nil: Run then returns ErrInvalidOption.
+func (a adapter) Handle() any { return a.db }
 
-func (a *adapter) Check(o core.TxOptions) error {
-	_, err := txOptions(o)
-	return err
-}
-
-func (a *adapter) SingleConn() bool {
-	_, ok := a.db.(*pgx.Conn)
-	return ok
-}
-
-func (a *adapter) PerHandle(m *sync.Map, newV func() any) any {
-	switch h := a.db.(type) {
-	case *pgxpool.Pool:
-		return core.PerHandle(m, h, newV)
-	case *pgx.Conn:
-		return core.PerHandle(m, h, newV)
+func (a adapter) ContentionManager() *txretry.ContentionManager {
+	switch a.db.(type) {
+	case *pgxpool.Pool, *pgx.Conn:
+		return txretry.ManagerFor(a.db)
 	}
 	return nil
 }
 
-func txOptions(o core.TxOptions) (pgx.TxOptions, error) {
+func (a adapter) CheckTxOptions(o txretry.TxOptions) error {
+	_, err := txOptions(o)
+	return err
+}
+
+func (a adapter) SingleConn() bool {
+	_, ok := a.db.(*pgx.Conn)
+	return ok
+}
+
+func txOptions(o txretry.TxOptions) (pgx.TxOptions, error) {
 	var opts pgx.TxOptions
 	switch o.Isolation {
 	case sql.LevelDefault:
@@ -130,9 +127,11 @@ func (a *attempt) Commit(ctx context.Context, timeout time.Duration) error {
 	defer cancel()
 	err := a.tx.Commit(ctx)
 	if errors.Is(err, pgx.ErrTxCommitRollback) {
+		// The server answered COMMIT with ROLLBACK: nothing was committed.
 		if swallowed := a.rec.get(); swallowed != nil {
-			return errors.Join(err, swallowed)
+			err = errors.Join(err, swallowed)
 		}
+		return txretry.NotCommitted(err)
 	}
 	return err
 }
@@ -159,20 +158,36 @@ func (a *attempt) QueryString(ctx context.Context, query string) (string, bool, 
 	return *s, true, nil
 }
 
-// recorder keeps the first server-reported error of an attempt.
+// recorder keeps the server error that left the attempt's transaction
+// aborted, as far as fn's statements show it.
+//
+// PostgreSQL aborts a transaction at its first failed statement; from then
+// on every statement fails with 25P02 (in_failed_sql_transaction) except
+// ROLLBACK TO SAVEPOINT, which recovers it. So: a server error other than
+// 25P02 is recorded; 25P02 leaves the record as it is; a statement that
+// succeeds clears it, because it shows the transaction is not aborted (an
+// error that fn handled through a savepoint no longer decides the COMMIT).
 type recorder struct {
 	mu  sync.Mutex
 	err error
 }
 
+// note records what err says about the transaction and returns err.
 func (r *recorder) note(err error) error {
-	if err != nil && pgerr.SQLState(err) != "" {
-		r.mu.Lock()
-		if r.err == nil {
-			r.err = err
-		}
-		r.mu.Unlock()
+	code := pgerr.SQLState(err)
+	switch {
+	case code == "25P02":
+		return err
+	case code == "" && err != nil && !errors.Is(err, pgx.ErrNoRows):
+		return err // a client-side error says nothing about the transaction
 	}
+	r.mu.Lock()
+	if code != "" {
+		r.err = err
+	} else {
+		r.err = nil // the statement succeeded (or found no rows)
+	}
+	r.mu.Unlock()
 	return err
 }
 
@@ -192,8 +207,8 @@ type recTx struct {
 
 func (t *recTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	tx, err := t.Tx.Begin(ctx)
-	if err != nil {
-		return nil, t.rec.note(err)
+	if t.rec.note(err) != nil {
+		return nil, err
 	}
 	return &recTx{Tx: tx, rec: t.rec}, nil
 }
@@ -209,7 +224,7 @@ func (t *recTx) Rollback(ctx context.Context) error {
 	if t.outer {
 		return txretry.ErrTxEndedByFn
 	}
-	return t.Tx.Rollback(ctx)
+	return t.rec.note(t.Tx.Rollback(ctx)) // ROLLBACK TO SAVEPOINT recovers the transaction
 }
 
 func (t *recTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {

@@ -8,8 +8,8 @@ import (
 	"os"
 
 	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/internal/fakeclock"
 	"github.com/txretry/txretry/txretry/internal/fakedb"
-	"github.com/txretry/txretry/txretry/internal/stillclock"
 	"github.com/txretry/txretry/txretry/slogretry"
 )
 
@@ -42,7 +42,7 @@ func Example() {
 		txretry.WithObserver(slogretry.New(logger)),
 		// Only to make the example's output stable: no wait, no clock.
 		txretry.WithBackoff(txretry.Constant(0)),
-		txretry.WithClock(&stillclock.Clock{}),
+		txretry.WithClock(&fakeclock.Clock{}),
 	)
 	fmt.Println("err:", err)
 	// Output:

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/internal/fakeclock"
 	"github.com/txretry/txretry/txretry/internal/fakedb"
-	"github.com/txretry/txretry/txretry/internal/stillclock"
 	"github.com/txretry/txretry/txretry/slogretry"
 )
 
@@ -196,7 +196,7 @@ func TestObserverLines(t *testing.T) {
 			var buf bytes.Buffer
 			opts := append([]txretry.Option{
 				txretry.WithLabel("transfer"),
-				txretry.WithClock(&stillclock.Clock{}),
+				txretry.WithClock(&fakeclock.Clock{}),
 				txretry.WithBackoff(txretry.Constant(5 * time.Millisecond)),
 				txretry.WithObserver(slogretry.New(jsonLogger(&buf, tt.level))),
 			}, tt.opts...)
@@ -229,7 +229,7 @@ func TestLevelOptions(t *testing.T) {
 		_, err := tx.ExecContext(ctx, "UPDATE t SET v = 1")
 		return err
 	}, txretry.WithMaxAttempts(2), txretry.WithObserver(obs),
-		txretry.WithClock(&stillclock.Clock{}), txretry.WithBackoff(txretry.Constant(time.Millisecond)))
+		txretry.WithClock(&fakeclock.Clock{}), txretry.WithBackoff(txretry.Constant(time.Millisecond)))
 	if !errors.Is(err, txretry.ErrRetriesExhausted) {
 		t.Fatalf("RunInTx: %v, want ErrRetriesExhausted", err)
 	}

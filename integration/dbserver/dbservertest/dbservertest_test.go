@@ -305,7 +305,7 @@ func TestNamespace(t *testing.T) {
 	for _, e := range []dbserver.Engine{dbserver.Postgres, dbserver.MySQL} {
 		t.Run(e.String(), func(t *testing.T) {
 			srv := Server(t, e)
-			ns := Namespace(t, srv, "txretry_test_dbconn")
+			ns := Namespace(t, srv, "txretry_test_dbserver")
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 

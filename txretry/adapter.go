@@ -1,0 +1,175 @@
+package txretry
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// TxOptions are the transaction options the engine asks an Adapter for,
+// resolved from WithIsolation and WithReadOnly. Default: the zero value
+// (the database's default isolation level, read-write).
+type TxOptions struct {
+	Isolation sql.IsolationLevel
+	ReadOnly  bool
+}
+
+// Tx is one attempt's transaction as the engine sees it; Run ends it with
+// Commit or Rollback. An implementation may also have the method
+//
+//	QueryString(ctx context.Context, query string) (s string, valid bool, err error)
+//
+// which runs a query returning one row of one text column (valid is false
+// for NULL); WithXactStatusVerification needs it, and a call with that
+// option on a transaction type without it fails with ErrInvalidOption.
+type Tx interface {
+	// Commit commits within timeout (WithCommitTimeout). ctx carries the
+	// caller's values; COMMIT must not observe its cancellation, since a
+	// cancelled COMMIT is an uncertain one. An error that proves nothing
+	// was committed should be wrapped with NotCommitted.
+	Commit(ctx context.Context, timeout time.Duration) error
+	// Rollback rolls back within timeout, like Commit; its error is
+	// ignored (the attempt's own error is what the caller needs).
+	Rollback(ctx context.Context, timeout time.Duration) error
+	// Exec runs a statement without arguments (WithCommitMarker's insert;
+	// the statement holds no user data).
+	Exec(ctx context.Context, query string) error
+}
+
+// Adapter plugs a transaction type T into the engine (see Run). It is one
+// call's: it typically holds the database handle and the caller's function.
+//
+// An Adapter may also have any of these methods, which Run discovers with
+// type assertions:
+//
+//	Handle() any
+//
+// identifies the database handle (comparable, typically a pointer): a Run
+// inside another's fn, with the context fn received and an adapter whose
+// Handle is equal, joins the outer transaction instead of beginning one;
+// it also keys the handle's default ContentionManager (see ManagerFor).
+// Without it calls never join, and get no default manager. A nil Handle
+// (or a nil pointer) makes Run return ErrInvalidOption.
+//
+//	ContentionManager() *ContentionManager
+//
+// returns the handle's default manager, nil for none; without the method
+// it is ManagerFor(Handle()).
+//
+//	SingleConn() bool
+//
+// reports a handle of one connection, which a lost COMMIT takes with it:
+// the built-in verifiers then report the commit uncertain at once, instead
+// of waiting for a connection that cannot come.
+//
+//	CheckTxOptions(TxOptions) error
+//
+// rejects options the adapter cannot honour, before any attempt; Run
+// returns its error.
+type Adapter[T Tx] interface {
+	// Begin starts one attempt's transaction. ctx is the caller's: BEGIN
+	// must end with it, the transaction must not (Run commits after ctx
+	// ended if fn had returned nil). The verifiers call Begin too, for
+	// their probes.
+	Begin(ctx context.Context, opts TxOptions) (T, error)
+	// Call runs the caller's function on the attempt's transaction, with
+	// the context it must hand that function.
+	Call(ctx context.Context, tx T) error
+}
+
+// ErrNotCommitted marks a COMMIT error that proves nothing was committed,
+// so that Run treats it like any other error of the attempt (retried if
+// the classifier says so) instead of as an uncertain commit. Adapters mark
+// errors with NotCommitted.
+var ErrNotCommitted = errors.New("txretry: not committed")
+
+// NotCommitted returns err marked as proving that nothing was committed: it
+// reads like err and matches both err and ErrNotCommitted. nil stays nil. A
+// Tx's Commit uses it for what only its driver knows, such as pgx's
+// ErrTxCommitRollback; the engine knows the rest (see the package
+// documentation).
+func NotCommitted(err error) error {
+	if err == nil {
+		return nil
+	}
+	return notCommittedError{err}
+}
+
+type notCommittedError struct{ err error }
+
+func (e notCommittedError) Error() string   { return e.err.Error() }
+func (e notCommittedError) Unwrap() []error { return []error{e.err, ErrNotCommitted} }
+
+// Run runs a's function in a transaction of a's and commits it, re-running
+// the whole transaction on serialization failures and deadlocks, with the
+// semantics and options of RunInTx; RunInTx and pgxretry.RunInTx are built
+// on it. A nil a returns ErrInvalidOption.
+func Run[T Tx](ctx context.Context, a Adapter[T], opts ...Option) error {
+	if isNil(a) {
+		return fmt.Errorf("%w: nil Adapter", ErrInvalidOption)
+	}
+	return enter(ctx, typed[T]{a}, opts)
+}
+
+// adapter is an Adapter[T] with T erased, which the engine runs.
+type adapter interface {
+	begin(ctx context.Context, opts TxOptions) (Tx, error)
+	call(ctx context.Context, tx Tx) error
+	// join runs the function on an enclosing call's transaction.
+	join(ctx context.Context, tx Tx) error
+	handle() (h any, ok bool) // ok: the adapter has a Handle method
+	manager() (*ContentionManager, bool)
+	singleConn() bool
+	check(TxOptions) error
+}
+
+type typed[T Tx] struct{ a Adapter[T] }
+
+func (t typed[T]) begin(ctx context.Context, opts TxOptions) (Tx, error) {
+	tx, err := t.a.Begin(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if isNil(tx) {
+		return nil, fmt.Errorf("%w: %T.Begin returned a nil transaction", ErrInvalidOption, t.a)
+	}
+	return tx, nil
+}
+
+func (t typed[T]) call(ctx context.Context, tx Tx) error { return t.a.Call(ctx, tx.(T)) }
+
+func (t typed[T]) join(ctx context.Context, tx Tx) error {
+	own, ok := tx.(T)
+	if !ok {
+		return fmt.Errorf("%w: a nested call on the same handle wants a %T, the enclosing call's transaction is a %T", ErrInvalidOption, own, tx)
+	}
+	return t.a.Call(ctx, own)
+}
+
+func (t typed[T]) handle() (any, bool) {
+	if h, ok := t.a.(interface{ Handle() any }); ok {
+		return h.Handle(), true
+	}
+	return nil, false
+}
+
+func (t typed[T]) manager() (*ContentionManager, bool) {
+	if m, ok := t.a.(interface{ ContentionManager() *ContentionManager }); ok {
+		return m.ContentionManager(), true
+	}
+	return nil, false
+}
+
+func (t typed[T]) singleConn() bool {
+	s, ok := t.a.(interface{ SingleConn() bool })
+	return ok && s.SingleConn()
+}
+
+func (t typed[T]) check(o TxOptions) error {
+	if c, ok := t.a.(interface{ CheckTxOptions(TxOptions) error }); ok {
+		return c.CheckTxOptions(o)
+	}
+	return nil
+}
