@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
-	"github.com/txretry/txretry/examples/internal/dbconntest"
+	"github.com/txretry/txretry/integration/dbserver"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/txretry"
 )
 
@@ -120,11 +120,11 @@ func (t *lossyTx) Commit() error {
 func (t *lossyTx) Rollback() error { return t.tx.Rollback() }
 
 // lossyDB opens the namespace through a lossy connector.
-func lossyDB(t *testing.T, ns dbconn.Namespace) (*sql.DB, *lossyConnector) {
+func lossyDB(t *testing.T, ns dbserver.Namespace) (*sql.DB, *lossyConnector) {
 	t.Helper()
 	var base driver.Connector
 	switch ns.Engine {
-	case dbconn.Postgres:
+	case dbserver.Postgres:
 		cfg, err := pgx.ParseConfig(ns.DSN)
 		if err != nil {
 			t.Fatal(err)
@@ -183,8 +183,8 @@ func TestLostCommit(t *testing.T) {
 	}
 	for _, e := range engines {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbconntest.Server(t, e)
-			ns := dbconntest.Namespace(t, srv, "txretry_test_payment_lost")
+			srv := dbservertest.Server(t, e)
+			ns := dbservertest.Namespace(t, srv, "txretry_test_payment_lost")
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
 					db, conn := lossyDB(t, ns)

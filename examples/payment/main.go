@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/txretry/txretry/examples/internal/cli"
-	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/integration/dbserver"
 	"github.com/txretry/txretry/txretry"
 )
 
@@ -23,7 +23,7 @@ func main() {
 
 // options are the command line's.
 type options struct {
-	engines    []dbconn.Engine
+	engines    []dbserver.Engine
 	namespace  string
 	balance    int64
 	amount     int64
@@ -62,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cli.UsageStatus("payment", err, stderr)
 	}
 	p := cli.Program{Name: "payment", Engines: o.engines, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
-	return p.EachServer(func(ctx context.Context, srv *dbconn.Server) error {
+	return p.EachServer(func(ctx context.Context, srv *dbserver.Server) error {
 		return demo(ctx, srv, o, stdout)
 	})
 }
@@ -78,7 +78,7 @@ func (c *attemptCounter) Observe(_ context.Context, e txretry.Event) {
 }
 
 // demo runs the payment demo on one server and prints what happens.
-func demo(ctx context.Context, srv *dbconn.Server, o options, w io.Writer) error {
+func demo(ctx context.Context, srv *dbserver.Server, o options, w io.Writer) error {
 	ns, err := srv.Namespace(ctx, o.namespace)
 	if err != nil {
 		return err

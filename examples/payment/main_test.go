@@ -10,18 +10,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
-	"github.com/txretry/txretry/examples/internal/dbconntest"
+	"github.com/txretry/txretry/integration/dbserver"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 )
 
-func TestMain(m *testing.M) { dbconntest.Main(m) }
+func TestMain(m *testing.M) { dbservertest.Main(m) }
 
 // engines are the engines every test runs on, when reachable.
-var engines = []dbconn.Engine{dbconn.Postgres, dbconn.MySQL}
+var engines = []dbserver.Engine{dbserver.Postgres, dbserver.MySQL}
 
 // newPayments returns payments over db in a fresh namespace, with account 1
 // opened with balance 1000.
-func newPayments(t *testing.T, db *sql.DB, ns dbconn.Namespace) *Payments {
+func newPayments(t *testing.T, db *sql.DB, ns dbserver.Namespace) *Payments {
 	t.Helper()
 	p := NewPayments(db, ns)
 	if err := p.Setup(context.Background(), 1000); err != nil {
@@ -31,7 +31,7 @@ func newPayments(t *testing.T, db *sql.DB, ns dbconn.Namespace) *Payments {
 }
 
 // openDB opens the namespace with the engine's registered driver.
-func openDB(t *testing.T, ns dbconn.Namespace) *sql.DB {
+func openDB(t *testing.T, ns dbserver.Namespace) *sql.DB {
 	t.Helper()
 	db, err := sql.Open(ns.Engine.Driver(), ns.DSN)
 	if err != nil {
@@ -45,8 +45,8 @@ func openDB(t *testing.T, ns dbconn.Namespace) *sql.DB {
 func TestDemo(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbconntest.Server(t, e)
-			dbconntest.Namespace(t, srv, "txretry_test_payment_demo")
+			srv := dbservertest.Server(t, e)
+			dbservertest.Namespace(t, srv, "txretry_test_payment_demo")
 			o, err := parseFlags([]string{"-namespace", "txretry_test_payment_demo"}, &bytes.Buffer{})
 			if err != nil {
 				t.Fatal(err)
@@ -68,8 +68,8 @@ func TestDemo(t *testing.T) {
 func TestPayIsIdempotent(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbconntest.Server(t, e)
-			ns := dbconntest.Namespace(t, srv, "txretry_test_payment_idem")
+			srv := dbservertest.Server(t, e)
+			ns := dbservertest.Namespace(t, srv, "txretry_test_payment_idem")
 			p := newPayments(t, openDB(t, ns), ns)
 			ctx := context.Background()
 
@@ -127,8 +127,8 @@ func TestPayIsIdempotent(t *testing.T) {
 func TestLongAndMixedCaseKeys(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbconntest.Server(t, e)
-			ns := dbconntest.Namespace(t, srv, "txretry_test_payment_keys")
+			srv := dbservertest.Server(t, e)
+			ns := dbservertest.Namespace(t, srv, "txretry_test_payment_keys")
 			p := newPayments(t, openDB(t, ns), ns)
 			ctx := context.Background()
 			for _, key := range []string{strings.Repeat("k", 300), "Key-A", "key-a"} {

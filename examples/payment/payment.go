@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/integration/dbserver"
 	"github.com/txretry/txretry/txretry"
 )
 
@@ -42,7 +42,7 @@ func NewKey() string {
 // Payments makes idempotent payments in one namespace.
 type Payments struct {
 	db     *sql.DB
-	engine dbconn.Engine
+	engine dbserver.Engine
 	q      queries
 	// observer, if set, observes every call.
 	observer txretry.Observer
@@ -56,7 +56,7 @@ type queries struct {
 }
 
 // newQueries returns the SQL for engine e in namespace ns.
-func newQueries(e dbconn.Engine, ns dbconn.Namespace) queries {
+func newQueries(e dbserver.Engine, ns dbserver.Namespace) queries {
 	q := queries{
 		accounts: ns.Table("payment_accounts"),
 		payments: ns.Table("payment_payments"),
@@ -71,7 +71,7 @@ func newQueries(e dbconn.Engine, ns dbconn.Namespace) queries {
 }
 
 // NewPayments returns payments over db, whose tables live in ns.
-func NewPayments(db *sql.DB, ns dbconn.Namespace) *Payments {
+func NewPayments(db *sql.DB, ns dbserver.Namespace) *Payments {
 	return &Payments{db: db, engine: ns.Engine, q: newQueries(ns.Engine, ns)}
 }
 

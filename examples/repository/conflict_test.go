@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
-	"github.com/txretry/txretry/examples/internal/dbconntest"
+	"github.com/txretry/txretry/integration/dbserver"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/txretry"
 )
 
@@ -30,16 +30,16 @@ import (
 // nothing is lost.
 func TestConflictRetried(t *testing.T) {
 	tests := []struct {
-		engine dbconn.Engine
+		engine dbserver.Engine
 		code   string
 	}{
-		{dbconn.Postgres, "40001"},
-		{dbconn.MySQL, "1213"},
+		{dbserver.Postgres, "40001"},
+		{dbserver.MySQL, "1213"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.engine.String(), func(t *testing.T) {
-			srv := dbconntest.Server(t, tt.engine)
-			ns := dbconntest.Namespace(t, srv, "txretry_test_repository_conflict")
+			srv := dbservertest.Server(t, tt.engine)
+			ns := dbservertest.Namespace(t, srv, "txretry_test_repository_conflict")
 			for _, d := range driversFor(tt.engine) {
 				t.Run(storeOf[d], func(t *testing.T) {
 					testConflictRetried(t, ns, d, tt.code)
@@ -50,7 +50,7 @@ func TestConflictRetried(t *testing.T) {
 }
 
 // testConflictRetried is one run of TestConflictRetried.
-func testConflictRetried(t *testing.T, ns dbconn.Namespace, d driver, code string) {
+func testConflictRetried(t *testing.T, ns dbserver.Namespace, d driver, code string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	obs := &observer{retries: map[string]int{}}
@@ -76,7 +76,7 @@ func testConflictRetried(t *testing.T, ns dbconn.Namespace, d driver, code strin
 	defer rival.Rollback() //nolint:errcheck // a no-op after Commit
 	var rivalID int64
 	sessionID := "SELECT pg_backend_pid()"
-	if ns.Engine == dbconn.MySQL {
+	if ns.Engine == dbserver.MySQL {
 		sessionID = "SELECT CONNECTION_ID()"
 	}
 	if err := rival.QueryRowContext(ctx, sessionID).Scan(&rivalID); err != nil {
@@ -89,7 +89,7 @@ func testConflictRetried(t *testing.T, ns dbconn.Namespace, d driver, code strin
 		}
 	}
 	exec("INSERT INTO orders (customer, sku, quantity) VALUES ('rival', ?, 1)", sku)
-	if ns.Engine == dbconn.Postgres {
+	if ns.Engine == dbserver.Postgres {
 		exec("UPDATE products SET stock = stock - 1 WHERE sku = ?", sku)
 	} else {
 		exec("SELECT stock FROM products WHERE sku = ? LOCK IN SHARE MODE", sku)
@@ -101,7 +101,7 @@ func testConflictRetried(t *testing.T, ns dbconn.Namespace, d driver, code strin
 		placed <- err
 	}()
 	waitForLockWait(t, db, ns.Engine, rivalID)
-	if ns.Engine == dbconn.MySQL {
+	if ns.Engine == dbserver.MySQL {
 		// The deadlock: InnoDB rolls back the order, and this UPDATE
 		// goes through.
 		exec("UPDATE products SET stock = stock - 1 WHERE sku = ?", sku)
@@ -130,10 +130,10 @@ func testConflictRetried(t *testing.T, ns dbconn.Namespace, d driver, code strin
 
 // waitForLockWait waits until a transaction waits for a lock that the
 // rival, session id rivalID, holds: the order's.
-func waitForLockWait(t *testing.T, db *sql.DB, e dbconn.Engine, rivalID int64) {
+func waitForLockWait(t *testing.T, db *sql.DB, e dbserver.Engine, rivalID int64) {
 	t.Helper()
 	query := "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))"
-	if e == dbconn.MySQL {
+	if e == dbserver.MySQL {
 		// The namespace is a database of this test's own: a lock wait
 		// in it is the order's.
 		query = `SELECT COUNT(*) FROM information_schema.INNODB_TRX t

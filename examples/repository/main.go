@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txretry/txretry/examples/internal/cli"
-	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/integration/dbserver"
 	"github.com/txretry/txretry/txretry"
 )
 
@@ -32,7 +32,7 @@ type options struct {
 	orders    int
 	stock     int64
 	isolation string
-	engines   []dbconn.Engine
+	engines   []dbserver.Engine
 	namespace string
 	timeout   time.Duration
 }
@@ -78,14 +78,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cli.UsageStatus("repository", err, stderr)
 	}
 	p := cli.Program{Name: "repository", Engines: o.engines, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
-	return p.Run(func(ctx context.Context, servers []*dbconn.Server, findErr error) int {
+	return p.Run(func(ctx context.Context, servers []*dbserver.Server, findErr error) int {
 		return runAll(ctx, servers, findErr, o, stdout)
 	})
 }
 
 // runAll places the orders with every driver on every server found, prints
 // the reports to w and returns the exit status.
-func runAll(ctx context.Context, servers []*dbconn.Server, findErr error, o options, w io.Writer) int {
+func runAll(ctx context.Context, servers []*dbserver.Server, findErr error, o options, w io.Writer) int {
 	fmt.Fprintf(w, "repository: %d customers × %d orders of 1 to 3 units, stock %d, %s\n",
 		o.customers, o.orders, o.stock, strings.ToUpper(strings.ReplaceAll(o.isolation, "-", " ")))
 	if findErr != nil {
@@ -138,8 +138,8 @@ const (
 )
 
 // driversFor lists the drivers to run on a server of engine e.
-func driversFor(e dbconn.Engine) []driver {
-	if e == dbconn.Postgres {
+func driversFor(e dbserver.Engine) []driver {
+	if e == dbserver.Postgres {
 		return []driver{pgxNative, pgxStdlib}
 	}
 	return []driver{mysqlSQL}
@@ -148,7 +148,7 @@ func driversFor(e dbconn.Engine) []driver {
 // openService connects to ns with driver d, with room for conns
 // connections, and returns the service over the connection and the function
 // that closes it.
-func openService(ctx context.Context, ns dbconn.Namespace, d driver, conns int, opts ...txretry.Option) (Service, func(), error) {
+func openService(ctx context.Context, ns dbserver.Namespace, d driver, conns int, opts ...txretry.Option) (Service, func(), error) {
 	if d == pgxNative {
 		cfg, err := pgxpool.ParseConfig(ns.DSN)
 		if err != nil {
@@ -221,7 +221,7 @@ func (c *observer) Observe(_ context.Context, e txretry.Event) {
 const sku = "sku-1"
 
 // demo runs the concurrent orders in ns with driver d.
-func demo(ctx context.Context, ns dbconn.Namespace, d driver, o options) (report, error) {
+func demo(ctx context.Context, ns dbserver.Namespace, d driver, o options) (report, error) {
 	rep := report{driver: d, stock: o.stock, failed: map[string]int{}}
 	obs := &observer{retries: map[string]int{}}
 	svc, closeService, err := openService(ctx, ns, d, o.customers,

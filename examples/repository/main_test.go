@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
-	"github.com/txretry/txretry/examples/internal/dbconntest"
 	"github.com/txretry/txretry/examples/repository/internal/gensum"
+	"github.com/txretry/txretry/integration/dbserver"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 )
 
-func TestMain(m *testing.M) { dbconntest.Main(m) }
+func TestMain(m *testing.M) { dbservertest.Main(m) }
 
 // storeOf names the store package of each driver, for the tests' names.
 var storeOf = map[driver]string{pgxNative: "pgxstore", pgxStdlib: "pgstore", mysqlSQL: "mysqlstore"}
@@ -22,20 +22,20 @@ var storeOf = map[driver]string{pgxNative: "pgxstore", pgxStdlib: "pgstore", mys
 // sqlc generated for it, and asserts that no unit is lost or oversold.
 func TestDemo(t *testing.T) {
 	tests := []struct {
-		engine     dbconn.Engine
+		engine     dbserver.Engine
 		isolations []string
 		codes      []string // the retryable errors the conflicts may raise
 	}{
-		{dbconn.Postgres, []string{"serializable", "repeatable-read"}, []string{"40001", "40P01"}},
+		{dbserver.Postgres, []string{"serializable", "repeatable-read"}, []string{"40001", "40P01"}},
 		// On MySQL and MariaDB, REPEATABLE READ reads a snapshot without
 		// locks and loses updates as READ COMMITTED does; only
 		// SERIALIZABLE (locking reads, deadlocks 1213) keeps the invariant.
-		{dbconn.MySQL, []string{"serializable"}, []string{"1213"}},
+		{dbserver.MySQL, []string{"serializable"}, []string{"1213"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.engine.String(), func(t *testing.T) {
-			srv := dbconntest.Server(t, tt.engine)
-			ns := dbconntest.Namespace(t, srv, "txretry_test_repository")
+			srv := dbservertest.Server(t, tt.engine)
+			ns := dbservertest.Namespace(t, srv, "txretry_test_repository")
 			for _, d := range driversFor(tt.engine) {
 				for _, isolation := range tt.isolations {
 					t.Run(storeOf[d]+"/"+isolation, func(t *testing.T) {
@@ -48,7 +48,7 @@ func TestDemo(t *testing.T) {
 }
 
 // testDemo is one run of TestDemo.
-func testDemo(t *testing.T, ns dbconn.Namespace, d driver, isolation string, codes []string) {
+func testDemo(t *testing.T, ns dbserver.Namespace, d driver, isolation string, codes []string) {
 	o, err := parseFlags([]string{"-isolation", isolation, "-customers", "8", "-orders", "4", "-stock", "40"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -90,11 +90,11 @@ func testDemo(t *testing.T, ns dbconn.Namespace, d driver, isolation string, cod
 // TestRun runs the program on each engine as a user would, on the servers
 // of TXRETRY_PG_DSN and TXRETRY_MYSQL_DSN.
 func TestRun(t *testing.T) {
-	for _, e := range []dbconn.Engine{dbconn.Postgres, dbconn.MySQL} {
+	for _, e := range []dbserver.Engine{dbserver.Postgres, dbserver.MySQL} {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbconntest.EnvServer(t, e)
-			ns := dbconntest.Namespace(t, srv, "txretry_test_repository_run") // dropped when the test ends
-			db := map[dbconn.Engine]string{dbconn.Postgres: "postgres", dbconn.MySQL: "mysql"}[e]
+			srv := dbservertest.EnvServer(t, e)
+			ns := dbservertest.Namespace(t, srv, "txretry_test_repository_run") // dropped when the test ends
+			db := map[dbserver.Engine]string{dbserver.Postgres: "postgres", dbserver.MySQL: "mysql"}[e]
 			var out bytes.Buffer
 			status := run([]string{"-db", db, "-namespace", ns.Name,
 				"-customers", "4", "-orders", "2", "-stock", "10"}, &out, &out)

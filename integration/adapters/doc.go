@@ -1,6 +1,6 @@
 // Package adapters tests the adapter modules of txretry (sqlxretry,
 // gormretry, bunretry) on real PostgreSQL and MySQL/MariaDB servers,
-// through the shared server resolution (internal/dbtest) and through the
+// through the shared server resolution (dbserver/dbservertest) and through the
 // fault proxy (internal/faultproxy), which the adapter modules cannot
 // import: genuine lost-update conflicts and deadlocks retried with the
 // invariant checked, permanent errors returned at once, lost COMMITs

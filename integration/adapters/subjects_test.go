@@ -24,7 +24,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/txretry/txretry/integration/internal/dbtest"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/integration/internal/faultproxy"
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/bunretry"
@@ -35,7 +35,7 @@ import (
 func TestMain(m *testing.M) {
 	// go-sql-driver logs every broken connection; the faults are on purpose.
 	_ = gomysql.SetLogger(log.New(io.Discard, "", 0))
-	dbtest.Main(m)
+	dbservertest.Main(m)
 }
 
 // txq is what the tests do inside fn, in each library's own terms:
@@ -153,7 +153,7 @@ func startProxy(t *testing.T, upstream string, proto faultproxy.Protocol) *fault
 
 func pgPools(t *testing.T, viaPgdriver bool) (direct, proxied *sql.DB, proxy *faultproxy.Proxy) {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(dbtest.Postgres(t))
+	cfg, err := pgx.ParseConfig(dbservertest.Postgres(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func pgPools(t *testing.T, viaPgdriver bool) (direct, proxied *sql.DB, proxy *fa
 
 func mysqlPools(t *testing.T) (direct, proxied *sql.DB, proxy *faultproxy.Proxy) {
 	t.Helper()
-	cfg, err := gomysql.ParseDSN(dbtest.MySQL(t))
+	cfg, err := gomysql.ParseDSN(dbservertest.MySQL(t))
 	if err != nil {
 		t.Fatal(err)
 	}

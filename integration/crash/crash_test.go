@@ -26,7 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"go.uber.org/goleak"
 
-	"github.com/txretry/txretry/integration/internal/dbtest"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/integration/internal/faultproxy"
 	"github.com/txretry/txretry/txretry"
 )
@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	// go-sql-driver logs every broken connection; the faults are on purpose.
 	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
-	dbtest.Main(m)
+	dbservertest.Main(m)
 }
 
 func wantKills(t *testing.T) int {
@@ -102,7 +102,7 @@ func campaign(t *testing.T, path string) {
 	var dsn, upstream string
 	var direct *sql.DB
 	if pg {
-		dsn = dbtest.Postgres(t)
+		dsn = dbservertest.Postgres(t)
 		cfg, err := pgx.ParseConfig(dsn)
 		if err != nil {
 			t.Fatal(err)
@@ -110,7 +110,7 @@ func campaign(t *testing.T, path string) {
 		upstream = net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
 		direct = stdlib.OpenDB(*cfg)
 	} else {
-		dsn = dbtest.MySQL(t)
+		dsn = dbservertest.MySQL(t)
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {
 			t.Fatal(err)

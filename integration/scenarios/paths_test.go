@@ -19,16 +19,16 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"go.uber.org/goleak"
 
-	"github.com/txretry/txretry/integration/internal/dbtest"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/pgxretry"
 )
 
-// TestMain terminates the containers dbtest may start. dbtest.Main ends the
+// TestMain stops the servers dbservertest may start. dbservertest.Main ends the
 // process itself, so nothing can run after m.Run here: the goroutine leak
 // check is done per test instead (see forEachPath), which also pins a leak
 // to the scenario that caused it.
-func TestMain(m *testing.M) { dbtest.Main(m) }
+func TestMain(m *testing.M) { dbservertest.Main(m) }
 
 // Settings shared by every path.
 const (
@@ -302,16 +302,16 @@ type pathKind struct {
 }
 
 var (
-	pgxNative = pathKind{name: "pgx-native", server: dbtest.PostgresAdmin, open: openPgxNative}
-	pgxStdlib = pathKind{name: "pgx-stdlib", server: dbtest.PostgresAdmin, open: openPgxStdlib}
-	mysqlPath = pathKind{name: "mysql", server: dbtest.MySQLAdmin, open: openMySQL}
+	pgxNative = pathKind{name: "pgx-native", server: dbservertest.PostgresAdmin, open: openPgxNative}
+	pgxStdlib = pathKind{name: "pgx-stdlib", server: dbservertest.PostgresAdmin, open: openPgxStdlib}
+	mysqlPath = pathKind{name: "mysql", server: dbservertest.MySQLAdmin, open: openMySQL}
 
 	allPaths      = []pathKind{pgxNative, pgxStdlib, mysqlPath}
 	postgresPaths = []pathKind{pgxNative, pgxStdlib}
 )
 
 func openPgxNative(t *testing.T) *driverPath {
-	cfg, err := pgxpool.ParseConfig(dbtest.Postgres(t))
+	cfg, err := pgxpool.ParseConfig(dbservertest.Postgres(t))
 	if err != nil {
 		t.Fatalf("parse DSN: %v", err)
 	}
@@ -331,27 +331,27 @@ func openPgxNative(t *testing.T) *driverPath {
 			}, opts...)
 		},
 		inUse: func() int { return int(pool.Stat().AcquiredConns()) },
-		admin: dbtest.PostgresAdmin(t),
+		admin: dbservertest.PostgresAdmin(t),
 	}
 	closeAtEnd(t, p, func() error { pool.Close(); return nil })
 	return p
 }
 
 func openPgxStdlib(t *testing.T) *driverPath {
-	cfg, err := pgx.ParseConfig(dbtest.Postgres(t))
+	cfg, err := pgx.ParseConfig(dbservertest.Postgres(t))
 	if err != nil {
 		t.Fatalf("parse DSN: %v", err)
 	}
 	cfg.RuntimeParams["deadlock_timeout"] = pgDeadlockTimeout
 	db := stdlib.OpenDB(*cfg)
 	p := sqlPath("pgx-stdlib", pgDialect, db)
-	p.admin = dbtest.PostgresAdmin(t)
+	p.admin = dbservertest.PostgresAdmin(t)
 	closeAtEnd(t, p, db.Close)
 	return p
 }
 
 func openMySQL(t *testing.T) *driverPath {
-	cfg, err := mysql.ParseDSN(dbtest.MySQL(t))
+	cfg, err := mysql.ParseDSN(dbservertest.MySQL(t))
 	if err != nil {
 		t.Fatalf("parse DSN: %v", err)
 	}
@@ -365,8 +365,8 @@ func openMySQL(t *testing.T) *driverPath {
 	}
 	db := sql.OpenDB(connector)
 	p := sqlPath("mysql", mysqlDialect, db)
-	p.admin = dbtest.MySQLAdmin(t)
-	t.Logf("server: %s", dbtest.MySQLFlavor(t))
+	p.admin = dbservertest.MySQLAdmin(t)
+	t.Logf("server: %s", dbservertest.MySQLFlavor(t))
 	closeAtEnd(t, p, db.Close)
 	return p
 }
@@ -389,7 +389,7 @@ func sqlPath(name string, d *dialect, db *sql.DB) *driverPath {
 }
 
 // closeAtEnd checks at t's end that the pool has no connection in use, then
-// closes it (before dbtest drops the database). A pool that cannot close
+// closes it (before dbservertest drops the database). A pool that cannot close
 // because a connection was never given back fails the test instead of
 // hanging it.
 func closeAtEnd(t *testing.T, p *driverPath, closeFn func() error) {
@@ -423,7 +423,7 @@ func requireIdle(t *testing.T, p *driverPath) {
 
 // knownBackground are the long-lived goroutines that are not ours:
 // testcontainers' connection to its reaper (Ryuk) and the Docker client's
-// keep-alive connections, both alive as long as the containers dbtest
+// keep-alive connections, both alive as long as the containers dbservertest
 // started. The drivers leave none behind once their pools are closed:
 // database/sql's connection opener, pgxpool's health check and
 // go-sql-driver's per-connection watcher all end with Close.

@@ -16,7 +16,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/goleak"
 
-	"github.com/txretry/txretry/integration/internal/dbtest"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 )
 
 // TestMain also runs the children of spread runs, which re-exec the test
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(childMain(context.Background(), spec, os.Stdin, os.Stdout, os.Stderr))
 	}
-	dbtest.Main(m)
+	dbservertest.Main(m)
 }
 
 // TestBenchShortRun makes a short run of every runner on every workload and
@@ -55,9 +55,9 @@ func TestBenchShortRun(t *testing.T) {
 			case d.name == driverTiDB:
 				cfg.tidbDSN = tidbDatabase(t)
 			case d.dialect == dialectMySQL:
-				cfg.mysqlDSN = dbtest.MySQL(t)
+				cfg.mysqlDSN = dbservertest.MySQL(t)
 			default:
-				cfg.pgDSN = dbtest.Postgres(t)
+				cfg.pgDSN = dbservertest.Postgres(t)
 			}
 			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 

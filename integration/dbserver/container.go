@@ -1,4 +1,4 @@
-package dbconn
+package dbserver
 
 import (
 	"cmp"
@@ -157,7 +157,7 @@ func startContainer(ctx context.Context, e Engine, spec containerSpec) (srv *Ser
 			err = fmt.Errorf("testcontainers panicked: %v", r)
 		}
 	}()
-	fmt.Fprintf(os.Stderr, "dbconn: %s is not set; starting container %s (at most %v)\n",
+	fmt.Fprintf(os.Stderr, "dbserver: %s is not set; starting container %s (at most %v)\n",
 		e.EnvVar(), spec.image, ContainerTimeout)
 	ctr, dsn, err := spec.run(ctx)
 	if err != nil {

@@ -1,11 +1,10 @@
-package dbconn
+package dbserver
 
 import (
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
 	"strings"
 
@@ -46,7 +45,7 @@ var nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 
 // ErrBadName is returned for a namespace name that is not a lower-case
 // identifier of at most 40 characters.
-var ErrBadName = errors.New("dbconn: namespace name must be a lower-case identifier of at most 40 characters")
+var ErrBadName = errors.New("dbserver: namespace name must be a lower-case identifier of at most 40 characters")
 
 // Namespace creates, if needed, the namespace called name and returns it:
 // on PostgreSQL a schema, on MySQL a database. When the server refuses to
@@ -136,7 +135,7 @@ func (s *Server) mysqlNamespace(ctx context.Context, name string) (Namespace, er
 func (n Namespace) Drop(ctx context.Context) error {
 	switch {
 	case n.srv == nil:
-		return errors.New("dbconn: Drop of a Namespace not made by Server.Namespace")
+		return errors.New("dbserver: Drop of a Namespace not made by Server.Namespace")
 	case n.Prefix != "":
 		return n.dropPrefixed(ctx)
 	case n.Engine == Postgres:
@@ -214,19 +213,6 @@ func names(ctx context.Context, db *sql.DB, query string, args ...any) (list []s
 // identRE matches identifiers that need no quoting.
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// withDB opens dsn, runs f and closes the pool.
-func withDB(ctx context.Context, driver, dsn string, f func(*sql.DB) error) (err error) {
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, db.Close()) }()
-	if err := db.PingContext(ctx); err != nil {
-		return err
-	}
-	return f(db)
-}
-
 // withPostgresParam returns the PostgreSQL DSN with the run-time parameter
 // key set to value: a query parameter of a URL, or a keyword appended to a
 // keyword/value DSN (a later keyword overrides an earlier one).
@@ -234,13 +220,9 @@ func withPostgresParam(dsn, key, value string) (string, error) {
 	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
 		return dsn + " " + key + "=" + value, nil
 	}
-	u, err := url.Parse(dsn)
+	u, err := parseURL(dsn)
 	if err != nil {
-		// url.Error repeats the whole URL, password included.
-		if ue, ok := errors.AsType[*url.Error](err); ok {
-			err = ue.Err
-		}
-		return "", fmt.Errorf("parse PostgreSQL URL: %w", err)
+		return "", err
 	}
 	q := u.Query()
 	q.Set(key, value)

@@ -1,9 +1,11 @@
-package dbtest
+package dbservertest
 
 import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,10 +14,20 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txretry/txretry/integration/dbserver"
 )
 
-// These tests need servers: with TXRETRY_PG_DSN / TXRETRY_MYSQL_DSN set, or
-// Docker running; otherwise they skip (or fail under CI=true).
+// These tests need servers: from TXRETRY_PG_DSN / TXRETRY_MYSQL_DSN, Docker
+// or the installed binaries; otherwise they skip (or fail under CI=true).
+
+func TestMain(m *testing.M) { Main(m) }
+
+// Identifier limits of the servers, in bytes.
+const (
+	pgMaxIdent    = 63
+	mysqlMaxIdent = 64
+)
 
 var validName = regexp.MustCompile(`^txr_[a-z0-9_]+_[0-9a-f]{8}$`)
 
@@ -283,5 +295,123 @@ func TestAdminCanEndSessions(t *testing.T) {
 				t.Error("ended session still answers")
 			}
 		})
+	}
+}
+
+// TestNamespace checks, on each reachable server, that a namespace's DSN
+// resolves unqualified table names in the namespace, and that Drop removes
+// it.
+func TestNamespace(t *testing.T) {
+	for _, e := range []dbserver.Engine{dbserver.Postgres, dbserver.MySQL} {
+		t.Run(e.String(), func(t *testing.T) {
+			srv := Server(t, e)
+			ns := Namespace(t, srv, "txretry_test_dbserver")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+
+			db, err := sql.Open(e.Driver(), ns.DSN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			table := ns.Table("probe")
+			if _, err := db.ExecContext(ctx, "CREATE TABLE "+table+" (id INT PRIMARY KEY)"); err != nil {
+				t.Fatalf("create table in %s: %v", ns.Where, err)
+			}
+			if _, err := db.ExecContext(ctx, e.Rebind("INSERT INTO "+table+" (id) VALUES (?)"), 7); err != nil {
+				t.Fatal(err)
+			}
+
+			// The table is in the namespace, not in the DSN's own database.
+			var where string
+			query := "SELECT table_schema FROM information_schema.tables WHERE table_name = ?"
+			if err := db.QueryRowContext(ctx, e.Rebind(query), table).Scan(&where); err != nil {
+				t.Fatal(err)
+			}
+			if want := ns.Name; ns.Prefix == "" && where != want {
+				t.Errorf("table is in %q, want %q", where, want)
+			}
+
+			if err := ns.Drop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if err := db.QueryRowContext(ctx, e.Rebind(
+				"SELECT COUNT(*) FROM information_schema.tables WHERE table_name = ?"), table).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				t.Errorf("after Drop, %d tables named %s remain", n, table)
+			}
+			t.Log(srv, ns.Where, fmt.Sprint(srv.Flavor()))
+		})
+	}
+}
+
+// fakeTB records Skipf and Fatalf instead of ending the test.
+type fakeTB struct {
+	skipped, failed string
+}
+
+func (f *fakeTB) Helper()                        {}
+func (f *fakeTB) Skipf(format string, a ...any)  { f.skipped = fmt.Sprintf(format, a...) }
+func (f *fakeTB) Fatalf(format string, a ...any) { f.failed = fmt.Sprintf(format, a...) }
+
+// TestUnavailable checks that a missing server skips a test with the
+// reason outside CI and fails it under CI=true, and that a broken
+// configuration fails it everywhere.
+func TestUnavailable(t *testing.T) {
+	absent := &dbserver.UnavailableError{Engine: dbserver.Postgres, Err: errors.New("TXRETRY_PG_DSN is not set; ...")}
+	broken := &dbserver.UnavailableError{Engine: dbserver.Postgres, Configured: true,
+		Err: errors.New("TXRETRY_PG_DSN is set but its server does not answer")}
+	tests := []struct {
+		name     string
+		ci       string
+		err      error
+		wantSkip bool
+		wantIn   string
+	}{
+		{"absent", "", absent, true, "TXRETRY_PG_DSN is not set"},
+		{"absent, CI=false", "false", absent, true, "TXRETRY_PG_DSN is not set"},
+		{"absent, CI=true", "true", absent, false, "CI=true: failing instead of skipping"},
+		{"absent, CI=1", "1", absent, false, "CI=true: failing instead of skipping"},
+		{"DSN set but dead", "", broken, false, "does not answer"},
+		{"DSN set but dead, CI=true", "true", broken, false, "does not answer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("CI", tt.ci)
+			var f fakeTB
+			unavailable(&f, tt.err)
+			msg := f.failed
+			if tt.wantSkip {
+				msg = f.skipped
+			}
+			if (f.skipped != "") != tt.wantSkip || (f.failed != "") == tt.wantSkip {
+				t.Fatalf("skipped=%q failed=%q, want skip=%v", f.skipped, f.failed, tt.wantSkip)
+			}
+			if !strings.Contains(msg, tt.wantIn) {
+				t.Errorf("message %q does not contain %q", msg, tt.wantIn)
+			}
+		})
+	}
+}
+
+// TestEnvServer checks that a program run by a test finds the test's
+// server through the DSN variable.
+func TestEnvServer(t *testing.T) {
+	srv := EnvServer(t, dbserver.Postgres)
+	if got := os.Getenv(dbserver.EnvPGDSN); got != srv.DSN {
+		t.Errorf("%s is not the server's DSN", dbserver.EnvPGDSN)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	found, err := dbserver.Find(ctx, dbserver.Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer found.Close()
+	if found.Source != dbserver.EnvPGDSN || found.Version != srv.Version {
+		t.Errorf("the program found %v, want the test's %v through %s", found, srv, dbserver.EnvPGDSN)
 	}
 }
