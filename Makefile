@@ -2,22 +2,32 @@
 GO ?= go
 RACE ?= -race
 # Nested modules: each has its own go.mod so that library users never get
-# their dependencies (testcontainers, OpenTelemetry) in their module graph.
-MODULES := $(patsubst %/go.mod,%,$(wildcard integration/go.mod examples/go.mod txretry/otelretry/go.mod))
+# their dependencies (testcontainers, OpenTelemetry, sqlx, GORM, bun) in their module graph.
+MODULES := $(patsubst %/go.mod,%,$(wildcard integration/go.mod examples/go.mod txretry/otelretry/go.mod txretry/sqlxretry/go.mod txretry/gormretry/go.mod txretry/bunretry/go.mod))
 
 PG_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
 
-.PHONY: test unit integration modules lint demo bench env matrix
+.PHONY: test unit modules integration lint demo bench env matrix
 
-## test: unit tests, then every nested module's tests (integration suite, examples, adapters), all with -race
-test: unit modules
+# The go test commands of make test, one per argument of testsum, run from
+# integration/: the library's unit tests, then every nested module.
+TEST_COMMANDS := "-C .. $(RACE) -count=1 ./..." \
+	$(foreach m,$(MODULES),"-C ../$(m) $(RACE) -count=1 ./...")
+
+## test: every module's tests with -race, on one PostgreSQL and one MySQL-family server shared by all
+## (TXRETRY_PG_DSN / TXRETRY_MYSQL_DSN, else Docker, else throwaway servers from the installed
+## binaries: integration/cmd/withdb), with the Galera cluster and PgBouncer of the engine tests;
+## ends with "N passed, N failed, N skipped" and every skipped test's reason (integration/cmd/testsum)
+test:
+	GO=$(GO) $(GO) run -C integration ./cmd/withdb -cluster cluster -- \
+		$(GO) run ./cmd/testsum $(TEST_COMMANDS)
 
 ## unit: the library's own unit tests (no database needed)
 unit:
 	$(GO) test $(RACE) -count=1 ./...
 
-## modules: the nested modules' tests (need TXRETRY_PG_DSN / TXRETRY_MYSQL_DSN, or Docker for testcontainers)
+## modules: the nested modules' tests with plain go test; each test binary finds or starts its own servers
 modules:
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test $(RACE) -count=1 ./...); done
 
@@ -31,13 +41,19 @@ lint:
 	$(GO) vet ./...
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 
+## generate: regenerate the repository example's sqlc code and its sum (needs sqlc v1.31.1 on PATH, or SQLC=/path/to/sqlc)
+.PHONY: generate
+generate:
+	cd examples && $(GO) generate ./repository/...
+
 ## demo: concurrent SERIALIZABLE bank transfers on PostgreSQL and MySQL/MariaDB, with retries shown
 demo:
 	cd examples && $(GO) run ./bank
 
-## bench: retry policies side by side under contention (BENCHFLAGS="-workload hot -repeat 3 -tsv bench.tsv")
+## bench: retry policies side by side under contention (BENCHFLAGS="-workload hot -repeat 3 -tsv bench.tsv");
+## servers as for make test: a server on a default port only through its DSN (make env prints the exports)
 bench:
-	cd integration && TXRETRY_PG_DSN="$${TXRETRY_PG_DSN:-$(PG_DSN)}" TXRETRY_MYSQL_DSN="$${TXRETRY_MYSQL_DSN:-$(MYSQL_DSN)}" $(GO) run ./txbench $(BENCHFLAGS)
+	$(GO) run -C integration ./cmd/withdb -- $(GO) run ./txbench $(BENCHFLAGS)
 
 ## env: print the DSN exports for the local servers of a development machine
 env:

@@ -7,18 +7,21 @@ replace github.com/txretry/txretry => ../
 require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.13.0
-	github.com/moby/moby/client v0.6.2
-	github.com/testcontainers/testcontainers-go v0.45.0
-	github.com/testcontainers/testcontainers-go/modules/mariadb v0.38.0
-	github.com/testcontainers/testcontainers-go/modules/mysql v0.45.0
-	github.com/testcontainers/testcontainers-go/modules/postgres v0.45.0
 	github.com/txretry/txretry v0.0.0-00010101000000-000000000000
 	github.com/txretry/txretry/txretry/otelretry v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/otel/exporters/stdout/stdoutmetric v1.46.0
 	go.opentelemetry.io/otel/exporters/stdout/stdouttrace v1.46.0
 	go.opentelemetry.io/otel/sdk v1.46.0
 	go.opentelemetry.io/otel/sdk/metric v1.46.0
-	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/moby/moby/client v0.6.2 // indirect
+	github.com/testcontainers/testcontainers-go v0.45.0 // indirect
+	github.com/testcontainers/testcontainers-go/modules/mariadb v0.38.0 // indirect
+	github.com/testcontainers/testcontainers-go/modules/mysql v0.45.0 // indirect
+	github.com/testcontainers/testcontainers-go/modules/postgres v0.45.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 )
 
 require (
@@ -64,6 +67,7 @@ require (
 	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
 	github.com/tklauser/numcpus v0.12.0 // indirect
+	github.com/txretry/txretry/integration v0.0.0-00010101000000-000000000000
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.69.0 // indirect
@@ -78,3 +82,5 @@ require (
 )
 
 replace github.com/txretry/txretry/txretry/otelretry => ../txretry/otelretry
+
+replace github.com/txretry/txretry/integration => ../integration

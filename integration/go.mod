@@ -14,7 +14,28 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
-require github.com/cenkalti/backoff/v5 v5.0.3
+require (
+	github.com/cenkalti/backoff/v5 v5.0.3
+	github.com/jmoiron/sqlx v1.4.0
+	github.com/uptrace/bun v1.3.0
+	github.com/uptrace/bun/dialect/mysqldialect v1.3.0
+	github.com/uptrace/bun/dialect/pgdialect v1.3.0
+	github.com/uptrace/bun/driver/pgdriver v1.2.18
+	gorm.io/driver/mysql v1.6.0
+	gorm.io/driver/postgres v1.6.3
+	gorm.io/gorm v1.31.2
+)
+
+require (
+	github.com/jinzhu/inflection v1.0.0 // indirect
+	github.com/jinzhu/now v1.1.5 // indirect
+	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
+	github.com/tmthrgd/go-hex v0.0.0-20190904060850-447a3041c3bc // indirect
+	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
+	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
+	golang.org/x/mod v0.41.0 // indirect
+	mellium.im/sasl v0.3.2 // indirect
+)
 
 require (
 	dario.cat/mergo v1.0.2 // indirect
@@ -46,7 +67,7 @@ require (
 	github.com/moby/docker-image-spec v1.3.1 // indirect
 	github.com/moby/go-archive v0.3.3 // indirect
 	github.com/moby/moby/api v1.56.1 // indirect
-	github.com/moby/moby/client v0.6.2 // indirect
+	github.com/moby/moby/client v0.6.2
 	github.com/moby/patternmatcher v0.6.1 // indirect
 	github.com/moby/sys/sequential v0.7.0 // indirect
 	github.com/moby/sys/user v0.4.1 // indirect
@@ -61,6 +82,9 @@ require (
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
 	github.com/tklauser/numcpus v0.12.0 // indirect
 	github.com/txretry/txretry v0.0.0-00010101000000-000000000000
+	github.com/txretry/txretry/txretry/bunretry v0.0.0-00010101000000-000000000000
+	github.com/txretry/txretry/txretry/gormretry v0.0.0-00010101000000-000000000000
+	github.com/txretry/txretry/txretry/sqlxretry v0.0.0-00010101000000-000000000000
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.69.0 // indirect
@@ -73,3 +97,9 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
+
+replace github.com/txretry/txretry/txretry/gormretry => ../txretry/gormretry
+
+replace github.com/txretry/txretry/txretry/bunretry => ../txretry/bunretry
+
+replace github.com/txretry/txretry/txretry/sqlxretry => ../txretry/sqlxretry

@@ -37,6 +37,7 @@
 //	1064    ER_PARSE_ERROR                         constant  [MySQL-ERR]
 //	1047    ER_UNKNOWN_COM_ERROR (Galera)          constant  [MySQL-ERR], [Galera]
 //	1180    ER_ERROR_DURING_COMMIT                 constant  [MySQL-ERR], [MariaDB-ERR]
+//	2       TiDB ErrResultUndetermined             (none)    [TiDB-SRC]; never sent, see below
 //
 // What the numbers mean for a transaction:
 //
@@ -68,7 +69,9 @@
 //   - 8022: the commit failed and the transaction was rolled back; TiDB says
 //     the application can safely retry it.
 //   - 8028: the table schema changed while the transaction ran; TiDB says
-//     the whole transaction can be retried.
+//     the whole transaction can be retried. At COMMIT it means the
+//     transaction was rolled back: TiDB checks the schema before the commit
+//     point.
 //   - 1062: duplicate key. 1064: syntax error. Neither is transient.
 //   - 1047: with Galera, "WSREP has not yet prepared node for application
 //     use": the node is not in the primary component or not synced.
@@ -87,7 +90,7 @@
 //	MariaDB                  1213                     1205, 1020                    a lost connection
 //	MariaDB Galera           1213 (certification)     1205                          a lost connection, a node dying during COMMIT
 //	MySQL Group Replication  1213 (as MySQL)          1205, 3101                    a lost connection
-//	TiDB                     1213 (pessimistic mode)  9007, 8002, 8005, 8022, 8028  a lost connection
+//	TiDB                     1213 (pessimistic mode)  9007, 8002, 8005, 8022, 8028  a lost connection, TiDB's "result undetermined"
 //
 // Notes:
 //
@@ -101,6 +104,40 @@
 //     every node once certification finished; a node shut down during that
 //     wait answered 1180 and applied nothing. Neither error tells the two
 //     outcomes apart: both are uncertain at COMMIT.
+//   - TiDB's "execution result undetermined" (its internal error
+//     ErrResultUndetermined, class global, code 2: the store's answer to
+//     committing the primary key was lost) never reaches the client as an
+//     error number: TiDB's server closes the connection instead of sending
+//     it (pkg/server/conn.go), so go-sql-driver reports "invalid
+//     connection" and the commit is uncertain. Were it sent, it would carry
+//     the number 2 (TiDB registers its code as the MySQL number), which
+//     txretry counts as uncertain at COMMIT too.
+//
+// # Seen from a real server, or documentation only
+//
+// The integration tests (integration/engines) run against real MySQL,
+// MariaDB, MariaDB Galera and TiDB servers. From TiDB (built from its
+// source of 26 November 2025, unistore store) they saw:
+//
+//	1213  pessimistic mode, a lock cycle: "Deadlock found when trying to get lock; try restarting transaction"
+//	9007  optimistic mode, at COMMIT: "Write conflict, txnStartTS=…, conflictStartTS=…, …, reason=Optimistic [try again later]"
+//	9007  pessimistic mode under SERIALIZABLE (tidb_skip_isolation_level_check=1), before COMMIT, in a transaction that read (with or without FOR UPDATE) and wrote a row another one committed since it began: "… reason=PessimisticRetry [try again later]"
+//	8028  at COMMIT, after another session's ALTER TABLE on a written table, with tidb_enable_metadata_lock=OFF (with it ON, the default, the DDL waits instead): "Information schema is changed during the execution of the statement(…). … [try again later]"
+//	8022  at COMMIT, made by a TiDB failpoint (mockCommitError8942) that fails COMMIT before committing: "Error: KV error safe to retry %s [try again later]"
+//
+// Not provoked: TiDB's "result undetermined" (the failpoint of the embedded
+// store that makes one leaves the server unable to reach its store, so what
+// is said of it above comes from TiDB's source). Documentation only (never
+// seen from a server here): TiDB's 8002 (TiDB
+// returns it only from its own automatic retry of optimistic transactions,
+// which current versions no longer let a session turn on:
+// tidb_disable_txn_auto_retry = OFF is accepted with a warning and
+// ignored), 8005 (raised by the local latches that TiDB's
+// txn-local-latches setting enabled, a setting current versions no longer
+// have); 8022 as TiKV's retryable key errors cause it, such as a commit
+// whose lock another transaction has already resolved. MySQL Group
+// Replication (3101 and its 1213) has never been run here: documentation
+// only, as are CockroachDB and YugabyteDB in package pgerr.
 //
 // # Sources
 //
@@ -113,6 +150,8 @@
 //     reported as deadlocks; node not ready).
 //   - [MySQL-GR]: MySQL Reference Manual, "Group Replication".
 //   - [TiDB-ERR]: TiDB documentation, "Error Codes and Troubleshooting".
+//   - [TiDB-SRC]: TiDB's source: pkg/parser/terror (ErrResultUndetermined)
+//     and pkg/server/conn.go (the connection closed instead of an error).
 //
 // [MySQL-ERR]: https://dev.mysql.com/doc/mysql-errors/8.4/en/server-error-reference.html
 // [InnoDB-ERR]: https://dev.mysql.com/doc/refman/8.4/en/innodb-error-handling.html

@@ -84,6 +84,10 @@
 //	CockroachDB        40001               CR000               40003 (ambiguous result), a lost connection
 //	YugabyteDB (YSQL)  40001, 40P01        none                as PostgreSQL
 //
+// Only PostgreSQL has been run here (the integration tests use a real
+// server); the CockroachDB and YugabyteDB codes come from their
+// documentation only.
+//
 // Notes:
 //
 //   - PostgreSQL raises 40001 at COMMIT too, under SERIALIZABLE; the

@@ -127,7 +127,7 @@ func Run[T Tx](ctx context.Context, a Adapter[T], opts ...Option) error {
 	if isNil(a) {
 		return fmt.Errorf("%w: nil Adapter", ErrInvalidOption)
 	}
-	return run(ctx, typed[T]{a}, opts)
+	return enter(ctx, typed[T]{a}, opts)
 }
 
 // adapter is an Adapter[T] with T erased, which the engine runs.

@@ -41,7 +41,8 @@ func TestInterruptedCommitIsUncertain(t *testing.T) {
 
 // TestMySQLCommitErrors: a MySQL/MariaDB error at COMMIT proves a rollback
 // only where the server documents one (a deadlock or certification failure,
-// Group Replication's rollback, a read-only server, TiDB's conflicts):
+// Group Replication's rollback, a read-only server, TiDB's conflicts and
+// schema change):
 // those are not uncertain, and a retryable one runs fn again. A killed
 // connection or query, a shutdown or a storage engine error during COMMIT
 // can follow a COMMIT that was applied: uncertain, fn not run again.
@@ -51,7 +52,7 @@ func TestMySQLCommitErrors(t *testing.T) {
 		uncertain bool
 	}{
 		{1213, false}, {3101, false}, {1205, false}, {1047, false}, {1290, false}, {1792, false},
-		{9007, false}, {8002, false}, {8005, false}, {8022, false},
+		{9007, false}, {8002, false}, {8005, false}, {8022, false}, {8028, false},
 		{1053, true}, {1317, true}, {1927, true}, {1180, true}, {1105, true},
 	} {
 		t.Run(fmt.Sprint(tc.number), func(t *testing.T) {

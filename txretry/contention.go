@@ -79,8 +79,9 @@ import (
 // A ContentionManager is safe for concurrent use, and its zero value is
 // ready to use, like NewContentionManager(0); share one among the calls
 // that contend for the same data. By default each database handle (*sql.DB,
-// *sql.Conn, *pgxpool.Pool, *pgx.Conn) gets its own, created on first use
-// and dropped when the handle is garbage collected.
+// *sql.Conn, *pgxpool.Pool, *pgx.Conn, an Adapter's Handle) gets its own,
+// created on first use and dropped when the handle is garbage collected
+// (see ManagerFor).
 type ContentionManager struct {
 	mu      sync.Mutex
 	width   float64
@@ -214,7 +215,10 @@ func (m *ContentionManager) Queued() int {
 
 // WithContentionKeys names what the call's transaction reads and writes
 // that other calls contend for (for example "account:42"), to the
-// contention manager in force (by default the handle's): instead of
+// contention manager in force (by default the handle's; a pointer handle
+// without a default manager, such as a DB other than *sql.DB and *sql.Conn,
+// gets ManagerFor(handle) for its keys, and any other handle makes the call
+// return an error matching ErrInvalidOption): instead of
 // passing its gate, each attempt waits until no other call holding one of
 // the same keys is in its attempt, in arrival order per key, and calls with
 // disjoint keys run at once. Keys are taken before BEGIN and given back

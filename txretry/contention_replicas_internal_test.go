@@ -120,7 +120,7 @@ func (s *replicaSim) begin(r *simReplica) {
 	s.ask(c)
 }
 
-// ask waits for admission, as runner.admit does.
+// ask waits for admission, as call.admit does.
 func (s *replicaSim) ask(c *simCall) {
 	if c.r.m.tryAcquire(&c.ticket) {
 		s.admitted(c)

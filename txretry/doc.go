@@ -3,7 +3,10 @@
 // (a serialization failure or a deadlock). It works with database/sql
 // (RunInTx: pgx's stdlib driver, go-sql-driver/mysql, any driver) and with
 // pgx's native interface (package pgxretry), through one engine and one set
-// of options.
+// of options. Adapters for sqlx, GORM and bun are nested modules of their
+// own, so that the core brings none of them into a program's module graph:
+// github.com/txretry/txretry/txretry/sqlxretry, .../gormretry and
+// .../bunretry.
 //
 //	err := txretry.RunInTx(ctx, db, func(ctx context.Context, tx *sql.Tx) error {
 //		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2", amount, from)
@@ -67,8 +70,9 @@
 // the commit record was written. RunInTx never re-runs fn after such an
 // error. Without a verifier it returns a *CommitUncertainError matching
 // ErrCommitUncertain and the driver's error. With a verifier (WithVerify,
-// WithXactStatusVerification, WithCommitMarker) it first establishes the
-// outcome: committed means success, not committed means a normal retry.
+// WithXactStatusVerification, WithCommitMarker, WithIdempotencyKey) it
+// first establishes the outcome: committed means success (with a key,
+// ErrAlreadyCommitted: see below), not committed means a normal retry.
 //
 // A COMMIT error counts as "not committed" only where that is proven:
 //
@@ -87,6 +91,35 @@
 //
 // Everything else is uncertain.
 //
+// # Idempotency keys: exactly once across retries and crashes
+//
+// A verifier settles one call's lost COMMIT. A request can also be repeated
+// from outside: a client that timed out sends it again, a replica that
+// crashed after sending COMMIT has its requests taken over by another.
+// WithIdempotencyKey(table, key) makes such repetitions harmless:
+//
+//  1. make the key at the edge, once per request, before any retry (the
+//     client's request id, a UUID it sends with every repetition);
+//  2. call RunInTx with WithIdempotencyKey: every attempt inserts the key
+//     into table before fn, so the key commits with fn's effects or not at
+//     all; in fn, store the request's result under the key (a receipt row);
+//  3. on nil, answer with what fn computed; on an error matching
+//     ErrAlreadyCommitted (the key is committed: by an earlier call, a
+//     concurrent one, which this call waited for, or this call itself when
+//     its COMMIT was lost), fn's work is done: load the stored result and
+//     answer with it.
+//
+// The key covers the database only: mail, messages and calls to other
+// services made from fn can still happen more than once (write them to an
+// outbox table in fn instead). Keep keys as long as a request can come
+// back, typically days, then delete them with PurgeIdempotencyKeysSQL; a
+// forgotten key runs its request again. The key replaces the other
+// verifiers (combining them is ErrInvalidOption), cannot be used with
+// WithReadOnly, and belongs to the outermost call: a nested call that
+// would join an enclosing transaction rejects it. Keys are stored as they
+// are only when short and lower-case; others are hashed (see
+// IdempotencyKeyToken). No error, event or log of txretry's shows a key.
+//
 // # What the caller's context governs
 //
 // ctx governs BEGIN, fn's statements (fn receives a context derived from
@@ -104,9 +137,10 @@
 //
 // RunInTx called inside fn, with the context fn received and on the same
 // database handle, joins the outer transaction: its fn gets the outer
-// transaction, and its options are checked but otherwise ignored. It never
-// retries on its own: its errors are returned as they are, so that fn can
-// return them and only the outermost call retries. A nested call on another
+// transaction, and its options are checked but otherwise ignored
+// (WithIdempotencyKey is refused: the key belongs to the outermost call).
+// It never retries on its own: its errors are returned as they are, so that
+// fn can return them and only the outermost call retries. A nested call on another
 // handle is an independent transaction with its own retries.
 //
 // # Your own transaction type: Run and Adapter
@@ -122,8 +156,10 @@
 // adapter, and QueryString on the transaction (for
 // WithXactStatusVerification). A Commit that knows its error proves
 // nothing was committed wraps it with NotCommitted; other COMMIT errors
-// are judged by the rules above. Run has RunInTx's options and semantics;
-// see the Run example.
+// are judged by the rules above. Adapters of libraries built on
+// database/sql (sqlx, bun) get RunInTx's transaction handling from SQLTx
+// and BeginSQL, as sqlxretry and bunretry do. Run has RunInTx's options and
+// semantics; see the Run example.
 //
 // # Panics and leaks
 //

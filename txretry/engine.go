@@ -56,9 +56,10 @@ func sameKey(a, b any) bool {
 	return ta == tb && ta.Comparable() && a == b
 }
 
-// run is the engine behind Run: it checks the call, joins an enclosing
-// call's transaction on the same handle, or runs the call's attempts.
-func run(ctx context.Context, a adapter, opts []Option) error {
+// enter is the engine's entry, behind Run: it checks the call, then joins
+// an enclosing call's transaction on the same handle or runs the call's
+// retry loop.
+func enter(ctx context.Context, a adapter, opts []Option) error {
 	if ctx == nil {
 		return errors.Join(ErrInvalidOption, errors.New("txretry: nil context"))
 	}
@@ -79,7 +80,11 @@ func run(ctx context.Context, a adapter, opts []Option) error {
 	// A nested call on the same handle joins the outer transaction and
 	// leaves retrying to the outermost call.
 	outer, _ := ctx.Value(txCtxKey{}).(*txCtxVal)
-	if outer != nil && sameKey(outer.key, h) {
+	nested := outer != nil && sameKey(outer.key, h)
+	if err := checkIdempotency(cfg, nested); err != nil {
+		return err
+	}
+	if nested {
 		return a.join(ctx, outer.tx) // takes no keys, so no database locks
 	}
 	if cfg.dbLocks {
@@ -95,7 +100,7 @@ func run(ctx context.Context, a adapter, opts []Option) error {
 		cm = nil // already admitted by the enclosing call: queueing again would deadlock
 	}
 	c := &call{cfg: cfg, a: a, key: h, cm: cm, parent: outer, minDur: -1}
-	return c.run(ctx)
+	return c.loop(ctx)
 }
 
 // managerOf returns the contention manager of a call: the one chosen by an
@@ -142,6 +147,7 @@ const (
 	resRetryable
 	resPermanent
 	resUncertain
+	resAlready // the idempotency key is already committed
 )
 
 // result is one attempt's outcome.
@@ -151,9 +157,9 @@ type result struct {
 	state string // verifier's state recorded before COMMIT
 }
 
-// run is the retry loop: admit, attempt, classify, decide, wait or verify,
-// report.
-func (c *call) run(ctx context.Context) error {
+// loop is the retry loop: admit, attempt, classify, decide, wait or
+// verify, report.
+func (c *call) loop(ctx context.Context) error {
 	cfg := c.cfg
 	c.start = cfg.clock.Now()
 	c.ticket.since = c.start
@@ -210,7 +216,7 @@ func (c *call) run(ctx context.Context) error {
 
 		// Attempt and classify.
 		res, dur := c.attempt(ctx, attempt, queued)
-		if res.kind != resCommitted {
+		if res.kind != resCommitted && res.kind != resAlready {
 			c.observeFailure(ctx, attempt, res, dur)
 		}
 
@@ -220,6 +226,8 @@ func (c *call) run(ctx context.Context) error {
 			return finish(Committed, nil)
 		case resPermanent:
 			return finish(PermanentError, res.err)
+		case resAlready:
+			return finish(AlreadyCommitted, ErrAlreadyCommitted)
 		case resUncertain:
 			if cfg.verifier == nil {
 				return finish(CommitUncertain, &CommitUncertainError{Attempts: attempt, Err: res.err})
@@ -227,6 +235,9 @@ func (c *call) run(ctx context.Context) error {
 			committed, verr := c.verify(ctx, res.state)
 			if verr != nil {
 				return finish(CommitUncertain, &CommitUncertainError{Attempts: attempt, Err: res.err, Verifier: cfg.verifier.name(), VerifyErr: verr})
+			}
+			if committed && cfg.idem != nil {
+				return finish(AlreadyCommitted, errCommitLostKeyFound)
 			}
 			if committed {
 				return finish(Committed, nil)
@@ -433,6 +444,16 @@ func (c *call) transaction(ctx context.Context, n int) result {
 	if err != nil {
 		return c.classify(err)
 	}
+	if cfg.idem != nil {
+		already, err := cfg.idem.claim(ctx, tx)
+		if already || err != nil {
+			c.rollback(ctx, tx)
+			if already {
+				return result{kind: resAlready}
+			}
+			return c.classify(err)
+		}
+	}
 	fnCtx := context.WithValue(ctx, txCtxKey{}, &txCtxVal{key: c.key, tx: tx, attempt: n, gate: c.cm, parent: c.parent})
 	if cfg.attemptTimeout > 0 {
 		var cancel context.CancelFunc
@@ -557,7 +578,10 @@ func notCommitted(err error) bool {
 // COMMIT returns them: a deadlock or a certification failure (1213), Group
 // Replication's rollback (3101), a lock wait timeout (1205), a Galera node
 // not ready to take the command (1047), a read-only server (1290, 1792),
-// and TiDB's commit conflicts (8002, 8005, 8022, 9007). Every other error
+// TiDB's commit conflicts (8002, 8005, 8022, 9007) and TiDB's schema change
+// (8028: TiDB checks the schema before the commit point, before committing
+// the primary key or, with async commit and 1PC, before prewrite, and rolls
+// back). Every other error
 // is uncertain: a killed connection or query (1927, 1317), a shutdown (1053)
 // or a storage engine error during COMMIT (1180) can follow a COMMIT that
 // was applied.
@@ -565,7 +589,8 @@ func rolledBackAtCommit(n uint16) bool {
 	switch n {
 	case mysqlerr.LockDeadlock, mysqlerr.GroupReplicationRollback, mysqlerr.LockWaitTimeout,
 		mysqlerr.UnknownComError, 1290, 1792, // ER_OPTION_PREVENTS_STATEMENT (read_only), ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
-		mysqlerr.TiDBForUpdateCantRetry, mysqlerr.TiDBWriteConflictInTiDB, mysqlerr.TiDBTxnRetryable, mysqlerr.TiDBWriteConflict:
+		mysqlerr.TiDBForUpdateCantRetry, mysqlerr.TiDBWriteConflictInTiDB, mysqlerr.TiDBTxnRetryable, mysqlerr.TiDBWriteConflict,
+		mysqlerr.TiDBInfoSchemaChanged:
 		return true
 	}
 	return false

@@ -73,7 +73,7 @@ type CommitUncertainError struct {
 	Attempts int
 	// Err is the error COMMIT returned.
 	Err error
-	// Verifier names the verification that was tried ("callback",
+	// Verifier names the verification that was tried ("callback", "idempotency-key",
 	// "xact-status", "commit-marker"), or is empty when none was configured.
 	Verifier string
 	// VerifyErr is the last error of the verifier, if it ran and failed.

@@ -116,9 +116,13 @@ const (
 	Cancelled
 	// Panicked: fn panicked; the transaction was rolled back and the panic goes on.
 	Panicked
+	// AlreadyCommitted: the call's idempotency key was found committed
+	// (ErrAlreadyCommitted): fn was not run, or this call's COMMIT was lost
+	// and the key cannot tell its commit from a concurrent call's.
+	AlreadyCommitted
 )
 
-var outcomeNames = []string{"", "committed", "permanent_error", "exhausted", "uncertain", "cancelled", "panicked"}
+var outcomeNames = []string{"", "committed", "permanent_error", "exhausted", "uncertain", "cancelled", "panicked", "already_committed"}
 
 func (o Outcome) String() string { return enumName(outcomeNames, int(o), "Outcome") }
 

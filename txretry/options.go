@@ -44,6 +44,7 @@ type config struct {
 	clock          Clock
 	rand           func() float64
 	verifier       verifier
+	idem           *idemKey // WithIdempotencyKey; also the verifier
 	observers      []Observer
 	label          string
 	cm             *ContentionManager

@@ -14,7 +14,7 @@ import (
 )
 
 // Tests of Run with adapters of the tests' own (storeAdapter from
-// example_run_test.go, and the ones below).
+// example_test.go, and the ones below).
 
 func noop(context.Context, *storeTx) error { return nil }
 

@@ -40,7 +40,7 @@ func sqlDialect(db DB) (keylock.Dialect, error) {
 // BeginLocked takes the keys' database locks on one connection (a
 // *sql.DB's is pinned for the attempt) and begins the transaction on it;
 // the transaction's end releases them (see WithDatabaseKeyLocks).
-func (a sqlAdapter) BeginLocked(ctx context.Context, o TxOptions, keys []string) (*sqlTx, error) {
+func (a sqlAdapter) BeginLocked(ctx context.Context, o TxOptions, keys []string) (*SQLTx[*sql.Tx], error) {
 	d, err := sqlDialect(a.db)
 	if err != nil {
 		return nil, err
@@ -65,14 +65,16 @@ func (a sqlAdapter) BeginLocked(ctx context.Context, o TxOptions, keys []string)
 	if err := l.Lock(ctx); err != nil {
 		return nil, err
 	}
-	tx, err := beginSQL(ctx, c.conn, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
+	tx, err := BeginSQL(ctx, func(ctx context.Context) (*sql.Tx, error) {
+		return c.conn.BeginTx(ctx, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
+	})
 	if err == nil && l.NeedsTxCheck() {
 		var s int64
-		if err = tx.tx.QueryRowContext(ctx, keylock.SessionQuery(d)).Scan(&s); err == nil {
+		if err = tx.Tx.QueryRowContext(ctx, keylock.SessionQuery(d)).Scan(&s); err == nil {
 			err = l.CheckTx(s)
 		}
 		if err != nil {
-			_ = tx.bounded(DefaultCommitTimeout, tx.tx.Rollback)
+			_ = tx.bounded(DefaultCommitTimeout, tx.Tx.Rollback)
 		}
 	}
 	if err != nil {

@@ -52,11 +52,13 @@ type sqlAdapter struct {
 	fn func(ctx context.Context, tx *sql.Tx) error
 }
 
-func (a sqlAdapter) Begin(ctx context.Context, o TxOptions) (*sqlTx, error) {
-	return beginSQL(ctx, a.db, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
+func (a sqlAdapter) Begin(ctx context.Context, o TxOptions) (*SQLTx[*sql.Tx], error) {
+	return BeginSQL(ctx, func(ctx context.Context) (*sql.Tx, error) {
+		return a.db.BeginTx(ctx, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
+	})
 }
 
-func (a sqlAdapter) Call(ctx context.Context, tx *sqlTx) error { return a.fn(ctx, tx.tx) }
+func (a sqlAdapter) Call(ctx context.Context, tx *SQLTx[*sql.Tx]) error { return a.fn(ctx, tx.Tx) }
 
 func (a sqlAdapter) Handle() any { return a.db }
 
@@ -73,27 +75,41 @@ func (a sqlAdapter) SingleConn() bool {
 	return ok
 }
 
-// sqlTx is one database/sql transaction of the engine's. database/sql rolls
-// a transaction back when the context it was begun on ends, and pgx's
-// stdlib driver commits under that context, so the transaction is begun on
-// a context that carries the caller's values but not its cancellation,
-// which the adapter cancels itself: to abandon BEGIN when the caller gives
-// up, and to bound COMMIT and ROLLBACK.
-type sqlTx struct {
-	tx     *sql.Tx
+// SQLTransaction is what SQLTx needs of a transaction built on
+// database/sql: *sql.Tx has it, and so do sqlx's *sqlx.Tx and bun's bun.Tx.
+type SQLTransaction interface {
+	Commit() error
+	Rollback() error
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// SQLTx is one attempt's transaction for adapters of libraries built on
+// database/sql (RunInTx's own, sqlx, bun): a Tx, with QueryString, over the
+// library's transaction T, which the adapter's Call hands to the caller's
+// function. Begin it with BeginSQL.
+//
+// database/sql rolls a transaction back when the context it was begun on
+// ends, and pgx's stdlib driver commits under that context, so BeginSQL
+// begins it on a context that carries the caller's values but not its
+// cancellation, which SQLTx cancels itself: to abandon BEGIN when the
+// caller gives up, and to bound COMMIT and ROLLBACK by their timeout.
+type SQLTx[T SQLTransaction] struct {
+	Tx     T
 	cancel context.CancelFunc
 	locks  *keylock.Locks // WithDatabaseKeyLocks: released once the transaction ended
 }
 
-func beginSQL(ctx context.Context, db DB, opts *sql.TxOptions) (*sqlTx, error) {
+// BeginSQL begins a transaction with begin, which must begin it on the
+// context it is given (as db.BeginTx(ctx, opts) does). BEGIN, and the wait
+// for a pooled connection, end with ctx; the transaction does not.
+func BeginSQL[T SQLTransaction](ctx context.Context, begin func(ctx context.Context) (T, error)) (*SQLTx[T], error) {
 	tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	// BEGIN itself, and the wait for a pooled connection, still honour
-	// the caller's cancellation.
 	stop := func() bool { return true }
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, cancel)
 	}
-	tx, err := db.BeginTx(tctx, opts)
+	tx, err := begin(tctx)
 	if !stop() || ctx.Err() != nil {
 		// ctx ended during BEGIN or the wait for a connection. If a
 		// transaction began, roll it back (database/sql may already be
@@ -107,12 +123,12 @@ func beginSQL(ctx context.Context, db DB, opts *sql.TxOptions) (*sqlTx, error) {
 		cancel()
 		return nil, err
 	}
-	return &sqlTx{tx: tx, cancel: cancel}, nil
+	return &SQLTx[T]{Tx: tx, cancel: cancel}, nil
 }
 
 // bounded runs f (COMMIT or ROLLBACK), cancelling the transaction's context
 // if timeout passes first, which makes the driver abandon the statement.
-func (t *sqlTx) bounded(timeout time.Duration, f func() error) error {
+func (t *SQLTx[T]) bounded(timeout time.Duration, f func() error) error {
 	timer := time.AfterFunc(timeout, t.cancel)
 	err := f()
 	timer.Stop()
@@ -120,12 +136,15 @@ func (t *sqlTx) bounded(timeout time.Duration, f func() error) error {
 	return err
 }
 
-func (t *sqlTx) Commit(ctx context.Context, timeout time.Duration) error {
-	err := t.bounded(timeout, t.tx.Commit)
+// Commit commits within timeout. An error that proves nothing was
+// committed is marked with NotCommitted: sql.ErrTxDone (fn ended the
+// transaction itself, reported as ErrTxEndedByFn) and pgx's
+// ErrTxCommitRollback through its stdlib driver.
+func (t *SQLTx[T]) Commit(ctx context.Context, timeout time.Duration) error {
+	err := t.bounded(timeout, t.Tx.Commit)
 	t.unlock(ctx, timeout)
 	switch {
 	case errors.Is(err, sql.ErrTxDone):
-		// fn committed or rolled back itself: this COMMIT did nothing.
 		return NotCommitted(fmt.Errorf("%w: %w", ErrTxEndedByFn, err))
 	case walk(err, func(e error) bool { return e.Error() == pgxCommitRollbackMsg }):
 		return NotCommitted(err)
@@ -140,29 +159,33 @@ func (t *sqlTx) Commit(ctx context.Context, timeout time.Duration) error {
 // to what a real server gives through the stdlib driver.
 const pgxCommitRollbackMsg = "commit unexpectedly resulted in rollback"
 
-func (t *sqlTx) Rollback(ctx context.Context, timeout time.Duration) error {
-	err := t.bounded(timeout, t.tx.Rollback)
+// Rollback rolls back within timeout.
+func (t *SQLTx[T]) Rollback(ctx context.Context, timeout time.Duration) error {
+	err := t.bounded(timeout, t.Tx.Rollback)
 	t.unlock(ctx, timeout)
 	return err
 }
 
 // unlock releases the attempt's database locks, once. A release that finds
-// them gone does not change the transaction's outcome: the session check
-// after BEGIN is where a pooler shows.
-func (t *sqlTx) unlock(ctx context.Context, timeout time.Duration) {
+// them gone does not change the transaction's outcome: the lock statement,
+// or the session check after BEGIN, is where a pooler shows.
+func (t *SQLTx[T]) unlock(ctx context.Context, timeout time.Duration) {
 	if t.locks != nil {
 		_ = t.locks.Release(ctx, timeout)
 		t.locks = nil
 	}
 }
 
-func (t *sqlTx) Exec(ctx context.Context, query string) error {
-	_, err := t.tx.ExecContext(ctx, query)
+// Exec runs query, which has no arguments.
+func (t *SQLTx[T]) Exec(ctx context.Context, query string) error {
+	_, err := t.Tx.ExecContext(ctx, query)
 	return err
 }
 
-func (t *sqlTx) QueryString(ctx context.Context, query string) (string, bool, error) {
-	var s sql.NullString
-	err := t.tx.QueryRowContext(ctx, query).Scan(&s)
-	return s.String, s.Valid, err
+// QueryString runs query, which returns one row of one text column; valid
+// is false for NULL.
+func (t *SQLTx[T]) QueryString(ctx context.Context, query string) (s string, valid bool, err error) {
+	var ns sql.NullString
+	err = t.Tx.QueryRowContext(ctx, query).Scan(&ns)
+	return ns.String, ns.Valid, err
 }

@@ -210,12 +210,35 @@ func (v markerVerifier) verify(ctx context.Context, begin beginFunc, token strin
 	err = tx.Exec(ctx, v.insert(token))
 	switch {
 	case err == nil:
+		if lazyUniqueCheck(ctx, tx) {
+			return false, fmt.Errorf("%w: on optimistic TiDB with tidb_constraint_check_in_place=OFF an INSERT does not see an existing marker until COMMIT; set it ON for the pool", errUnresolvable)
+		}
 		return false, nil
 	case pgerr.Has(err, pgerr.UniqueViolation) || mysqlerr.Has(err, mysqlerr.DupEntry):
 		return true, nil
 	default:
 		return false, err
 	}
+}
+
+// lazyUniqueCheck reports a TiDB session in optimistic mode that checks
+// unique keys only at COMMIT (tidb_constraint_check_in_place=OFF, TiDB's
+// default): there the probe's INSERT succeeds even when the marker was
+// committed, and its answer "not committed" would be wrong. Other servers
+// reject the query (no such variables), which means no.
+func lazyUniqueCheck(ctx context.Context, tx Tx) bool {
+	q, ok := tx.(interface {
+		QueryString(ctx context.Context, query string) (string, bool, error)
+	})
+	if !ok {
+		return false
+	}
+	s, _, err := q.QueryString(ctx, "SELECT CONCAT(@@tidb_txn_mode, ':', @@tidb_constraint_check_in_place)")
+	if err != nil {
+		return false
+	}
+	mode, inPlace, _ := strings.Cut(strings.ToLower(s), ":")
+	return mode == "optimistic" && (inPlace == "0" || inPlace == "off")
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/integration/dbserver"
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/pgxretry"
 )
@@ -45,8 +45,8 @@ const (
 )
 
 // driversFor lists the drivers to run on a server of engine e.
-func driversFor(e dbconn.Engine) []driver {
-	if e == dbconn.Postgres {
+func driversFor(e dbserver.Engine) []driver {
+	if e == dbserver.Postgres {
 		return []driver{pgxNative, pgxStdlib}
 	}
 	return []driver{mysqlSQL}
@@ -74,7 +74,7 @@ type statements struct {
 
 // newStatements returns the demo's SQL for engine e and tables t. The table
 // names are identifiers chosen by the program, never input.
-func newStatements(e dbconn.Engine, t tables) statements {
+func newStatements(e dbserver.Engine, t tables) statements {
 	r := e.Rebind
 	return statements{
 		drop: []string{
@@ -166,9 +166,9 @@ type transferFunc func(ctx context.Context, t transfer, opts ...txretry.Option) 
 
 // bank is one run of the demo on one server with one driver.
 type bank struct {
-	srv    *dbconn.Server
+	srv    *dbserver.Server
 	driver driver
-	ns     dbconn.Namespace
+	ns     dbserver.Namespace
 	sql    statements
 	db     *sql.DB       // setup and checks, and the transfers for the database/sql drivers
 	pool   *pgxpool.Pool // the transfers for pgx native
@@ -176,7 +176,7 @@ type bank struct {
 }
 
 // openBank connects to srv's namespace with driver d. Close it with close.
-func openBank(ctx context.Context, srv *dbconn.Server, ns dbconn.Namespace, d driver, workers int) (*bank, error) {
+func openBank(ctx context.Context, srv *dbserver.Server, ns dbserver.Namespace, d driver, workers int) (*bank, error) {
 	b := &bank{
 		srv: srv, driver: d, ns: ns,
 		sql: newStatements(srv.Engine, tables{accounts: ns.Table("bank_accounts"), transfers: ns.Table("bank_transfers")}),
@@ -334,7 +334,7 @@ func (b *bank) burst(ctx context.Context, cfg config, obs *counter) ([]outcome, 
 }
 
 // runBank runs the demo once on srv with driver d, in namespace ns.
-func runBank(ctx context.Context, srv *dbconn.Server, ns dbconn.Namespace, d driver, cfg config) (report, error) {
+func runBank(ctx context.Context, srv *dbserver.Server, ns dbserver.Namespace, d driver, cfg config) (report, error) {
 	rep := report{server: srv.String(), driver: d, where: ns.Where, failed: map[string]int{}}
 	b, err := openBank(ctx, srv, ns, d, cfg.workers)
 	if err != nil {

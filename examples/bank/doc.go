@@ -18,8 +18,9 @@
 //	go run ./bank [-workers 32] [-transfers 25] [-accounts 10] [-db all|postgres|mysql]
 //
 // The servers come from TXRETRY_PG_DSN and TXRETRY_MYSQL_DSN, or from
-// containers (see package dbconn). The demo keeps its tables in the schema or
-// database txretry_demo (flag -namespace), dropping and creating them on each
+// containers, or are throwaway servers started from the installed binaries
+// (see package dbserver in the integration module). The demo keeps its
+// tables in the schema or database txretry_demo (flag -namespace), dropping and creating them on each
 // run. It exits with status 1 if an invariant fails or no database is
 // reachable.
 package main

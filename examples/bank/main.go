@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/txretry/txretry/examples/internal/cli"
-	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/integration/dbserver"
 )
 
 func main() {
@@ -21,7 +21,7 @@ func main() {
 // options are the command line's.
 type options struct {
 	config
-	engines   []dbconn.Engine
+	engines   []dbserver.Engine
 	namespace string
 	timeout   time.Duration
 }
@@ -61,14 +61,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cli.UsageStatus("bank", err, stderr)
 	}
 	p := cli.Program{Name: "bank", Engines: o.engines, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
-	return p.Run(func(ctx context.Context, servers []*dbconn.Server, findErr error) int {
+	return p.Run(func(ctx context.Context, servers []*dbserver.Server, findErr error) int {
 		return demo(ctx, servers, findErr, o, stdout)
 	})
 }
 
 // demo runs the demo with every driver on every server found, prints its
 // reports to w and returns the exit status.
-func demo(ctx context.Context, servers []*dbconn.Server, findErr error, o options, w io.Writer) int {
+func demo(ctx context.Context, servers []*dbserver.Server, findErr error, o options, w io.Writer) int {
 	fmt.Fprintf(w, "txretry demo: %d workers × %d transfers among %d accounts, SERIALIZABLE, at most %d attempts and %v per call\n",
 		o.workers, o.transfers, o.accounts, o.maxAttempts, o.deadline)
 	for _, err := range unwrapJoin(findErr) {

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
-	"github.com/txretry/txretry/examples/internal/dbconntest"
+	"github.com/txretry/txretry/integration/dbserver"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 )
 
-func TestMain(m *testing.M) { dbconntest.Main(m) }
+func TestMain(m *testing.M) { dbservertest.Main(m) }
 
 // smallConfig is a burst small enough for a smoke test that still conflicts.
 var smallConfig = config{
@@ -27,10 +27,10 @@ var smallConfig = config{
 // TestBank runs the demo with every driver on every reachable server and
 // asserts its invariants.
 func TestBank(t *testing.T) {
-	for _, e := range []dbconn.Engine{dbconn.Postgres, dbconn.MySQL} {
+	for _, e := range []dbserver.Engine{dbserver.Postgres, dbserver.MySQL} {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbconntest.Server(t, e)
-			ns := dbconntest.Namespace(t, srv, "txretry_test_bank")
+			srv := dbservertest.Server(t, e)
+			ns := dbservertest.Namespace(t, srv, "txretry_test_bank")
 			for _, d := range driversFor(e) {
 				t.Run(string(d), func(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -64,8 +64,8 @@ func TestBank(t *testing.T) {
 // TestCheckDetectsViolations makes sure the invariant check is not vacuous:
 // after tampering with the tables, it reports each problem.
 func TestCheckDetectsViolations(t *testing.T) {
-	srv := dbconntest.Server(t, dbconn.Postgres)
-	ns := dbconntest.Namespace(t, srv, "txretry_test_bank_check")
+	srv := dbservertest.Server(t, dbserver.Postgres)
+	ns := dbservertest.Namespace(t, srv, "txretry_test_bank_check")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cfg := smallConfig
@@ -114,8 +114,8 @@ func TestCheckDetectsViolations(t *testing.T) {
 // when the servers come from the environment (with containers, run would
 // start containers of its own).
 func TestRun(t *testing.T) {
-	srv := dbconntest.EnvServer(t, dbconn.Postgres)
-	ns := dbconntest.Namespace(t, srv, "txretry_test_bank_run")
+	srv := dbservertest.EnvServer(t, dbserver.Postgres)
+	ns := dbservertest.Namespace(t, srv, "txretry_test_bank_run")
 	args := []string{"-db", "postgres", "-namespace", ns.Name,
 		"-workers", "4", "-transfers", "5", "-accounts", "3"}
 	var stdout, stderr bytes.Buffer

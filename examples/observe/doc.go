@@ -17,8 +17,9 @@
 // The program prints, in order: the log lines of slogretry (text), the spans
 // of the calls that did not commit on their first attempt, each preceded by
 // its fn's spans (JSON, one per line; -all-spans prints every call's), the
-// metrics (JSON, one line), and a summary. The server comes from TXRETRY_PG_DSN, or from a container (see
-// package dbconn). The program keeps its table in the schema txretry_observe
+// metrics (JSON, one line), and a summary. The server comes from
+// TXRETRY_PG_DSN, a container or a throwaway server (see package dbserver
+// in the integration module). The program keeps its table in the schema txretry_observe
 // (flag -namespace). It exits with status 1 if the counter does not match
 // the calls that committed or no database is reachable.
 package main

@@ -20,7 +20,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/txretry/txretry/examples/internal/cli"
-	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/integration/dbserver"
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/otelretry"
 	"github.com/txretry/txretry/txretry/slogretry"
@@ -69,8 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return cli.UsageStatus("observe", err, stderr)
 	}
-	p := cli.Program{Name: "observe", Engines: []dbconn.Engine{dbconn.Postgres}, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
-	return p.Run(func(ctx context.Context, servers []*dbconn.Server, findErr error) int {
+	p := cli.Program{Name: "observe", Engines: []dbserver.Engine{dbserver.Postgres}, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
+	return p.Run(func(ctx context.Context, servers []*dbserver.Server, findErr error) int {
 		if findErr != nil {
 			fmt.Fprintf(stdout, "FAIL: %v\n", findErr)
 			return 1
@@ -80,7 +80,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // demo runs the program on srv, printing to w, and returns the exit status.
-func demo(ctx context.Context, srv *dbconn.Server, o options, w io.Writer) int {
+func demo(ctx context.Context, srv *dbserver.Server, o options, w io.Writer) int {
 	ns, err := srv.Namespace(ctx, o.namespace)
 	if err != nil {
 		fmt.Fprintf(w, "FAIL: %s: %v\n", srv, err)
@@ -104,9 +104,9 @@ type summary struct {
 
 // observe runs the burst with both observers, writing the log lines, spans
 // and metrics to w, and checks the counter against the commits.
-func observe(ctx context.Context, ns dbconn.Namespace, cfg config, w io.Writer) (summary, error) {
+func observe(ctx context.Context, ns dbserver.Namespace, cfg config, w io.Writer) (summary, error) {
 	var sum summary
-	db, err := sql.Open(dbconn.Postgres.Driver(), ns.DSN)
+	db, err := sql.Open(dbserver.Postgres.Driver(), ns.DSN)
 	if err != nil {
 		return sum, err
 	}

@@ -8,17 +8,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
-	"github.com/txretry/txretry/examples/internal/dbconntest"
+	"github.com/txretry/txretry/integration/dbserver"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 )
 
-func TestMain(m *testing.M) { dbconntest.Main(m) }
+func TestMain(m *testing.M) { dbservertest.Main(m) }
 
 // TestObserve runs the program's burst and checks that every signal it
 // prints is there: log lines, spans of retried calls, and the metrics.
 func TestObserve(t *testing.T) {
-	srv := dbconntest.Server(t, dbconn.Postgres)
-	ns := dbconntest.Namespace(t, srv, "txretry_test_observe")
+	srv := dbservertest.Server(t, dbserver.Postgres)
+	ns := dbservertest.Namespace(t, srv, "txretry_test_observe")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out bytes.Buffer

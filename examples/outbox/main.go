@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/txretry/txretry/examples/internal/cli"
-	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/integration/dbserver"
 )
 
 func main() {
@@ -22,7 +22,7 @@ func main() {
 // options are the command line's.
 type options struct {
 	command     string // "run" or "reprocess"
-	engines     []dbconn.Engine
+	engines     []dbserver.Engine
 	namespace   string
 	jobs        int
 	workers     int
@@ -82,13 +82,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cli.UsageStatus("outbox", err, stderr)
 	}
 	p := cli.Program{Name: "outbox", Engines: o.engines, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
-	return p.EachServer(func(ctx context.Context, srv *dbconn.Server) error {
+	return p.EachServer(func(ctx context.Context, srv *dbserver.Server) error {
 		return runOn(ctx, srv, o, stdout)
 	})
 }
 
 // runOn runs the command on one server.
-func runOn(ctx context.Context, srv *dbconn.Server, o options, stdout io.Writer) error {
+func runOn(ctx context.Context, srv *dbserver.Server, o options, stdout io.Writer) error {
 	w := cli.SyncWriter(stdout) // the workers' alert hooks write to it too
 	ns, err := srv.Namespace(ctx, o.namespace)
 	if err != nil {
@@ -117,7 +117,7 @@ func runOn(ctx context.Context, srv *dbconn.Server, o options, stdout io.Writer)
 			return fmt.Errorf("enqueue: %w", err)
 		}
 		code := "SQLSTATE 40001"
-		if srv.Engine == dbconn.MySQL {
+		if srv.Engine == dbserver.MySQL {
 			code = "error 1213"
 		}
 		fmt.Fprintf(w, "  enqueued %d jobs: %d rejected by the processor, %d raising %s on every attempt; %d workers, at most %d attempts per job\n",

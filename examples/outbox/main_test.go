@@ -10,21 +10,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
-	"github.com/txretry/txretry/examples/internal/dbconntest"
+	"github.com/txretry/txretry/integration/dbserver"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 )
 
-func TestMain(m *testing.M) { dbconntest.Main(m) }
+func TestMain(m *testing.M) { dbservertest.Main(m) }
 
 // TestOutbox runs the queue on every reachable server: the dead letters get
 // their reasons and attempts, the alert fires for each, and reprocessing
 // moves them back to the queue (failing again with the processor unfixed,
 // processed once it is fixed).
 func TestOutbox(t *testing.T) {
-	for _, e := range []dbconn.Engine{dbconn.Postgres, dbconn.MySQL} {
+	for _, e := range []dbserver.Engine{dbserver.Postgres, dbserver.MySQL} {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbconntest.Server(t, e)
-			ns := dbconntest.Namespace(t, srv, "txretry_test_outbox")
+			srv := dbservertest.Server(t, e)
+			ns := dbservertest.Namespace(t, srv, "txretry_test_outbox")
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			db, err := sql.Open(e.Driver(), ns.DSN)
@@ -64,7 +64,7 @@ func TestOutbox(t *testing.T) {
 			if len(dead) != rejects+poison || len(alerts) != len(dead) {
 				t.Fatalf("%d dead letters and %d alerts, want %d of each", len(dead), len(alerts), rejects+poison)
 			}
-			code := map[dbconn.Engine]string{dbconn.Postgres: "40001", dbconn.MySQL: "1213"}[e]
+			code := map[dbserver.Engine]string{dbserver.Postgres: "40001", dbserver.MySQL: "1213"}[e]
 			correlations := map[int64]string{}
 			for _, dl := range dead {
 				correlations[dl.ID] = dl.CorrelationID
@@ -135,8 +135,8 @@ func TestOutbox(t *testing.T) {
 // TestRun runs the program's two commands as a user would, when the servers
 // come from the environment.
 func TestRun(t *testing.T) {
-	srv := dbconntest.EnvServer(t, dbconn.Postgres)
-	ns := dbconntest.Namespace(t, srv, "txretry_test_outbox_run")
+	srv := dbservertest.EnvServer(t, dbserver.Postgres)
+	ns := dbservertest.Namespace(t, srv, "txretry_test_outbox_run")
 	for _, args := range [][]string{
 		{"run", "-db", "postgres", "-namespace", ns.Name, "-jobs", "12", "-workers", "3"},
 		{"reprocess", "-db", "postgres", "-namespace", ns.Name},

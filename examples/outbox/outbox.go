@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/integration/dbserver"
 	"github.com/txretry/txretry/txretry"
 )
 
@@ -71,7 +71,7 @@ var (
 // Queue is the job queue of one namespace.
 type Queue struct {
 	db     *sql.DB
-	engine dbconn.Engine
+	engine dbserver.Engine
 	t      tables
 	// Alert is called after a job entered the dead-letter table. It must
 	// be quick; a real one would page or post to a channel. Default: none.
@@ -95,7 +95,7 @@ type tables struct {
 }
 
 // NewQueue returns the queue over db whose tables live in ns.
-func NewQueue(db *sql.DB, ns dbconn.Namespace) *Queue {
+func NewQueue(db *sql.DB, ns dbserver.Namespace) *Queue {
 	return &Queue{
 		db:     db,
 		engine: ns.Engine,
@@ -135,7 +135,7 @@ func (q *Queue) Setup(ctx context.Context) error {
 			attempts TEXT NOT NULL,
 			dead_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP)`,
 	}
-	if q.engine == dbconn.MySQL {
+	if q.engine == dbserver.MySQL {
 		// SIGNAL outside a stored program is a MariaDB extension.
 		stmts = append(stmts,
 			"DROP PROCEDURE IF EXISTS "+q.t.poison,
@@ -354,7 +354,7 @@ func (q *Queue) process(ctx context.Context, tx *sql.Tx, worker int, j Job) erro
 			// The database reports a serialization failure, as a real
 			// conflict would, on every attempt.
 			stmt := "DO $$ BEGIN RAISE EXCEPTION 'simulated serialization failure' USING ERRCODE = '40001'; END $$"
-			if q.engine == dbconn.MySQL {
+			if q.engine == dbserver.MySQL {
 				stmt = "CALL " + q.t.poison + "()"
 			}
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
-	"github.com/txretry/txretry/examples/internal/dbconntest"
+	"github.com/txretry/txretry/integration/dbserver"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/txretry"
 )
 
@@ -120,11 +120,11 @@ func (t *lossyTx) Commit() error {
 func (t *lossyTx) Rollback() error { return t.tx.Rollback() }
 
 // lossyDB opens the namespace through a lossy connector.
-func lossyDB(t *testing.T, ns dbconn.Namespace) (*sql.DB, *lossyConnector) {
+func lossyDB(t *testing.T, ns dbserver.Namespace) (*sql.DB, *lossyConnector) {
 	t.Helper()
 	var base driver.Connector
 	switch ns.Engine {
-	case dbconn.Postgres:
+	case dbserver.Postgres:
 		cfg, err := pgx.ParseConfig(ns.DSN)
 		if err != nil {
 			t.Fatal(err)
@@ -165,52 +165,53 @@ func (v *verifications) Observe(_ context.Context, e txretry.Event) {
 }
 
 // TestLostCommit makes the COMMIT of a payment report a lost connection,
-// after the server committed or before it could, and asserts that every
-// verifier resolves it: the call succeeds, with the payment made exactly
-// once.
+// after the server committed or before it could, and asserts that the
+// idempotency key resolves it with the payment made exactly once: a COMMIT
+// that never arrived is retried; one the server applied is answered
+// ErrAlreadyCommitted by txretry (the key cannot tell this call's commit
+// from a concurrent one's), on which Pay returns the stored receipt.
 func TestLostCommit(t *testing.T) {
 	cases := []struct {
 		name     string
 		lost     lost
 		want     txretry.Verification
 		attempts int
+		made     bool
 	}{
-		{"committed", lostAfterCommit, txretry.VerifiedCommitted, 1},
-		{"not committed", lostBeforeCommit, txretry.VerifiedNotCommitted, 2},
+		{"committed", lostAfterCommit, txretry.VerifiedCommitted, 1, false},
+		{"not committed", lostBeforeCommit, txretry.VerifiedNotCommitted, 2, true},
 	}
 	for _, e := range engines {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbconntest.Server(t, e)
-			ns := dbconntest.Namespace(t, srv, "txretry_test_payment_lost")
-			for _, mode := range modes {
-				for _, tc := range cases {
-					t.Run(string(mode)+"/"+tc.name, func(t *testing.T) {
-						db, conn := lossyDB(t, ns)
-						p := newPayments(t, db, ns, mode)
-						obs := &verifications{}
-						p.observer = obs
-						ctx := context.Background()
+			srv := dbservertest.Server(t, e)
+			ns := dbservertest.Namespace(t, srv, "txretry_test_payment_lost")
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					db, conn := lossyDB(t, ns)
+					p := newPayments(t, db, ns)
+					obs := &verifications{}
+					p.observer = obs
+					ctx := context.Background()
 
-						conn.next.Store(int32(tc.lost))
-						key := NewKey()
-						r, made, err := p.Pay(ctx, key, 1, 100)
-						if err != nil || !made || r.BalanceAfter != 900 {
-							t.Fatalf("Pay = %+v, %v, %v; want a new payment leaving 900", r, made, err)
-						}
-						if len(obs.events) != 1 || obs.events[0].Verification != tc.want || obs.attempts != tc.attempts {
-							t.Errorf("verifications = %+v after %d attempts, want one %v after %d",
-								obs.events, obs.attempts, tc.want, tc.attempts)
-						}
-						// Exactly once: the balance, and the receipt a retry returns.
-						if b, err := p.Balance(ctx, 1); err != nil || b != 900 {
-							t.Errorf("balance = %d, %v; want 900", b, err)
-						}
-						again, made, err := p.Pay(ctx, key, 1, 100)
-						if err != nil || made || again != r {
-							t.Errorf("retry of the client = %+v, %v, %v; want the receipt %+v", again, made, err, r)
-						}
-					})
-				}
+					conn.next.Store(int32(tc.lost))
+					key := NewKey()
+					r, made, err := p.Pay(ctx, key, 1, 100)
+					if err != nil || made != tc.made || r.BalanceAfter != 900 {
+						t.Fatalf("Pay = %+v, %v, %v; want new=%v leaving 900", r, made, err, tc.made)
+					}
+					if len(obs.events) != 1 || obs.events[0].Verification != tc.want || obs.events[0].Verifier != "idempotency-key" || obs.attempts != tc.attempts {
+						t.Errorf("verifications = %+v after %d attempts, want one %v by the key after %d",
+							obs.events, obs.attempts, tc.want, tc.attempts)
+					}
+					// Exactly once: the balance, and the receipt a retry returns.
+					if b, err := p.Balance(ctx, 1); err != nil || b != 900 {
+						t.Errorf("balance = %d, %v; want 900", b, err)
+					}
+					again, made, err := p.Pay(ctx, key, 1, 100)
+					if err != nil || made || again != r {
+						t.Errorf("retry of the client = %+v, %v, %v; want the receipt %+v", again, made, err, r)
+					}
+				})
 			}
 		})
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/txretry/txretry/examples/internal/cli"
-	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/integration/dbserver"
 	"github.com/txretry/txretry/txretry"
 )
 
@@ -23,8 +23,7 @@ func main() {
 
 // options are the command line's.
 type options struct {
-	engines    []dbconn.Engine
-	verify     Verify
+	engines    []dbserver.Engine
 	namespace  string
 	balance    int64
 	amount     int64
@@ -35,11 +34,10 @@ type options struct {
 // parseFlags parses the command line.
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
-	var db, verify string
+	var db string
 	fs := flag.NewFlagSet("payment", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&db, "db", "all", "databases to run on: all, postgres or mysql")
-	fs.StringVar(&verify, "verify", "key", "verification of uncertain commits: key (WithVerify probing the idempotency key) or builtin (WithXactStatusVerification / WithCommitMarker)")
 	fs.StringVar(&o.namespace, "namespace", "txretry_demo", "schema (PostgreSQL) or database (MySQL) for the tables")
 	fs.Int64Var(&o.balance, "balance", 1000, "opening balance of the account")
 	fs.Int64Var(&o.amount, "amount", 250, "amount of each payment")
@@ -48,10 +46,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if err := cli.Parse(fs, args); err != nil {
 		return o, err
 	}
-	o.verify = Verify(verify)
 	switch {
-	case o.verify != VerifyKey && o.verify != VerifyBuiltin:
-		return o, fmt.Errorf("-verify %q: want key or builtin", verify)
 	case o.amount < 1 || o.balance < 2*o.amount || o.concurrent < 1 || o.timeout <= 0:
 		return o, errors.New("-amount, -concurrent and -timeout must be positive, and -balance at least twice -amount")
 	}
@@ -67,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cli.UsageStatus("payment", err, stderr)
 	}
 	p := cli.Program{Name: "payment", Engines: o.engines, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
-	return p.EachServer(func(ctx context.Context, srv *dbconn.Server) error {
+	return p.EachServer(func(ctx context.Context, srv *dbserver.Server) error {
 		return demo(ctx, srv, o, stdout)
 	})
 }
@@ -83,7 +78,7 @@ func (c *attemptCounter) Observe(_ context.Context, e txretry.Event) {
 }
 
 // demo runs the payment demo on one server and prints what happens.
-func demo(ctx context.Context, srv *dbconn.Server, o options, w io.Writer) error {
+func demo(ctx context.Context, srv *dbserver.Server, o options, w io.Writer) error {
 	ns, err := srv.Namespace(ctx, o.namespace)
 	if err != nil {
 		return err
@@ -94,14 +89,14 @@ func demo(ctx context.Context, srv *dbconn.Server, o options, w io.Writer) error
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(o.concurrent + 2)
-	p := NewPayments(db, ns, o.verify)
+	p := NewPayments(db, ns)
 	attempts := &attemptCounter{}
 	p.observer = attempts
 	if err := p.Setup(ctx, o.balance); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "%s, %s\n", srv, ns.Where)
-	fmt.Fprintf(w, "  verifier of uncertain commits: %s\n", p.VerifierName())
+	fmt.Fprintf(w, "  keys in %s (txretry.WithIdempotencyKey), receipts in %s\n", p.q.keys, p.q.payments)
 
 	// 1. A payment, then the same payment again, as a client would send it
 	// after a timeout: the key is made once, before the first call.
@@ -160,31 +155,7 @@ func demo(ctx context.Context, srv *dbconn.Server, o options, w io.Writer) error
 		return fmt.Errorf("%d concurrent calls made the payment, want 1", made2)
 	}
 
-	// 3. The key probe, called directly as txretry would call it after a
-	// lost COMMIT.
-	fmt.Fprintln(w, "  key probe (the WithVerify callback), called directly as after a lost COMMIT:")
-	verified, err := p.Verifier(key, 1, o.amount)(ctx)
-	if err != nil {
-		return fmt.Errorf("verify completed payment: %w", err)
-	}
-	fmt.Fprintf(w, "    key of a completed payment: committed=%v\n", verified)
-	never, err := p.Verifier(NewKey(), 1, o.amount)(ctx)
-	if err != nil {
-		return fmt.Errorf("verify unknown key: %w", err)
-	}
-	fmt.Fprintf(w, "    key never written:          committed=%v\n", never)
-	if !verified || never {
-		return errors.New("the verifier answered wrongly")
-	}
-
-	// 4. Why a probe and not a read: a transaction that still holds the key
-	// (as a lost one may, until the server notices the broken connection)
-	// is invisible to a read, while the probe waits for it to end.
-	if err := heldKey(ctx, p, o.amount, w); err != nil {
-		return err
-	}
-
-	// 5. The account was debited once per key.
+	// 3. The account was debited once per key.
 	balance, err := p.Balance(ctx, 1)
 	if err != nil {
 		return err
@@ -193,57 +164,6 @@ func demo(ctx context.Context, srv *dbconn.Server, o options, w io.Writer) error
 	fmt.Fprintf(w, "  check: balance %d = %d - 2×%d (two keys, each paid once)\n\n", balance, o.balance, o.amount)
 	if balance != want {
 		return fmt.Errorf("balance %d, want %d", balance, want)
-	}
-	return nil
-}
-
-// probeWait is how long the demo lets the probe wait for a transaction that
-// holds the key.
-const probeWait = 300 * time.Millisecond
-
-// heldKey shows the probe waiting for an open transaction that holds a key,
-// where a plain read answers "no payment" too early.
-func heldKey(ctx context.Context, p *Payments, amount int64, w io.Writer) (err error) {
-	key := NewKey()
-	holder, err := p.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if rbErr := holder.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
-			err = errors.Join(err, rbErr)
-		}
-	}()
-	// Only the key, no debit: the holder stands for the part of a lost
-	// transaction that matters here.
-	if _, err := holder.ExecContext(ctx, p.q.insert, key, 1, amount); err != nil {
-		return err
-	}
-	fmt.Fprintln(w, "    key held by a transaction still open (as a lost one may be):")
-	_, lookupErr := p.Lookup(ctx, key)
-	fmt.Fprintf(w, "      plain SELECT: %v (it would answer committed=false too early)\n", lookupErr)
-	if !errors.Is(lookupErr, ErrNoSuchPayment) {
-		return fmt.Errorf("plain read of a held key: %v, want ErrNoSuchPayment", lookupErr)
-	}
-	waitCtx, cancel := context.WithTimeout(ctx, probeWait)
-	start := time.Now()
-	_, probeErr := p.Verifier(key, 1, amount)(waitCtx)
-	cancel()
-	fmt.Fprintf(w, "      key probe: no answer after %v, it waits (txretry would try again until its verify timeout)\n",
-		time.Since(start).Round(10*time.Millisecond))
-	if probeErr == nil {
-		return errors.New("the probe answered while the key was held")
-	}
-	if err := holder.Commit(); err != nil {
-		return err
-	}
-	committed, err := p.Verifier(key, 1, amount)(ctx)
-	if err != nil {
-		return fmt.Errorf("probe after the holder committed: %w", err)
-	}
-	fmt.Fprintf(w, "      after that transaction commits, key probe: committed=%v\n", committed)
-	if !committed {
-		return errors.New("the probe missed a committed key")
 	}
 	return nil
 }

@@ -10,23 +10,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
-	"github.com/txretry/txretry/examples/internal/dbconntest"
+	"github.com/txretry/txretry/integration/dbserver"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 )
 
-func TestMain(m *testing.M) { dbconntest.Main(m) }
+func TestMain(m *testing.M) { dbservertest.Main(m) }
 
 // engines are the engines every test runs on, when reachable.
-var engines = []dbconn.Engine{dbconn.Postgres, dbconn.MySQL}
-
-// modes are the verification modes.
-var modes = []Verify{VerifyKey, VerifyBuiltin}
+var engines = []dbserver.Engine{dbserver.Postgres, dbserver.MySQL}
 
 // newPayments returns payments over db in a fresh namespace, with account 1
 // opened with balance 1000.
-func newPayments(t *testing.T, db *sql.DB, ns dbconn.Namespace, mode Verify) *Payments {
+func newPayments(t *testing.T, db *sql.DB, ns dbserver.Namespace) *Payments {
 	t.Helper()
-	p := NewPayments(db, ns, mode)
+	p := NewPayments(db, ns)
 	if err := p.Setup(context.Background(), 1000); err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +31,7 @@ func newPayments(t *testing.T, db *sql.DB, ns dbconn.Namespace, mode Verify) *Pa
 }
 
 // openDB opens the namespace with the engine's registered driver.
-func openDB(t *testing.T, ns dbconn.Namespace) *sql.DB {
+func openDB(t *testing.T, ns dbserver.Namespace) *sql.DB {
 	t.Helper()
 	db, err := sql.Open(ns.Engine.Driver(), ns.DSN)
 	if err != nil {
@@ -44,28 +41,23 @@ func openDB(t *testing.T, ns dbconn.Namespace) *sql.DB {
 	return db
 }
 
-// TestDemo runs the program's demo, which checks itself, on every server in
-// both verification modes.
+// TestDemo runs the program's demo, which checks itself, on every server.
 func TestDemo(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbconntest.Server(t, e)
-			dbconntest.Namespace(t, srv, "txretry_test_payment_demo")
-			for _, mode := range modes {
-				t.Run(string(mode), func(t *testing.T) {
-					o, err := parseFlags([]string{"-namespace", "txretry_test_payment_demo", "-verify", string(mode)}, &bytes.Buffer{})
-					if err != nil {
-						t.Fatal(err)
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-					defer cancel()
-					var out bytes.Buffer
-					err = demo(ctx, srv, o, &out)
-					t.Log("\n" + out.String())
-					if err != nil {
-						t.Fatal(err)
-					}
-				})
+			srv := dbservertest.Server(t, e)
+			dbservertest.Namespace(t, srv, "txretry_test_payment_demo")
+			o, err := parseFlags([]string{"-namespace", "txretry_test_payment_demo"}, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var out bytes.Buffer
+			err = demo(ctx, srv, o, &out)
+			t.Log("\n" + out.String())
+			if err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
@@ -76,9 +68,9 @@ func TestDemo(t *testing.T) {
 func TestPayIsIdempotent(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbconntest.Server(t, e)
-			ns := dbconntest.Namespace(t, srv, "txretry_test_payment_idem")
-			p := newPayments(t, openDB(t, ns), ns, VerifyKey)
+			srv := dbservertest.Server(t, e)
+			ns := dbservertest.Namespace(t, srv, "txretry_test_payment_idem")
+			p := newPayments(t, openDB(t, ns), ns)
 			ctx := context.Background()
 
 			key := NewKey()
@@ -129,32 +121,26 @@ func TestPayIsIdempotent(t *testing.T) {
 	}
 }
 
-// TestVerifier asserts the key probe's three answers.
-func TestVerifier(t *testing.T) {
+// TestLongAndMixedCaseKeys: keys the key table stores hashed (long,
+// mixed case) work like any other, and two keys that differ only in case
+// are two payments, on MySQL too.
+func TestLongAndMixedCaseKeys(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbconntest.Server(t, e)
-			ns := dbconntest.Namespace(t, srv, "txretry_test_payment_verify")
-			p := newPayments(t, openDB(t, ns), ns, VerifyKey)
+			srv := dbservertest.Server(t, e)
+			ns := dbservertest.Namespace(t, srv, "txretry_test_payment_keys")
+			p := newPayments(t, openDB(t, ns), ns)
 			ctx := context.Background()
-
-			key := NewKey()
-			if _, _, err := p.Pay(ctx, key, 1, 10); err != nil {
-				t.Fatal(err)
+			for _, key := range []string{strings.Repeat("k", 300), "Key-A", "key-a"} {
+				for i := range 2 {
+					_, made, err := p.Pay(ctx, key, 1, 10)
+					if err != nil || made != (i == 0) {
+						t.Fatalf("key of %d bytes, call %d: new=%v, %v", len(key), i+1, made, err)
+					}
+				}
 			}
-			if ok, err := p.Verifier(key, 1, 10)(ctx); !ok || err != nil {
-				t.Errorf("probe of a paid key = %v, %v; want true", ok, err)
-			}
-			if ok, err := p.Verifier(NewKey(), 1, 10)(ctx); ok || err != nil {
-				t.Errorf("probe of an unknown key = %v, %v; want false", ok, err)
-			}
-			// The probe left nothing behind.
-			if b, err := p.Balance(ctx, 1); err != nil || b != 990 {
-				t.Errorf("balance = %d, %v; want 990", b, err)
-			}
-			var out strings.Builder
-			if err := heldKey(ctx, p, 10, &out); err != nil {
-				t.Errorf("held key: %v\n%s", err, out.String())
+			if b, err := p.Balance(ctx, 1); err != nil || b != 970 {
+				t.Errorf("balance = %d, %v; want 970 (three keys, each paid once)", b, err)
 			}
 		})
 	}

@@ -7,18 +7,11 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
-	"github.com/txretry/txretry/mysqlerr"
-	"github.com/txretry/txretry/pgerr"
+	"github.com/txretry/txretry/integration/dbserver"
 	"github.com/txretry/txretry/txretry"
 )
 
 var (
-	// errAlreadyPaid is returned by fn when the key is taken: the payment
-	// was made earlier. It is not retried; Pay turns it into the earlier
-	// receipt.
-	errAlreadyPaid = errors.New("payment already made under this key")
-
 	// ErrInsufficientFunds declines a payment.
 	ErrInsufficientFunds = errors.New("insufficient funds")
 
@@ -46,73 +39,61 @@ func NewKey() string {
 	return rand.Text()
 }
 
-// Verify chooses how an uncertain commit is verified.
-type Verify string
-
-// The verification modes.
-const (
-	// VerifyKey probes the idempotency key (txretry.WithVerify).
-	VerifyKey Verify = "key"
-	// VerifyBuiltin uses txretry's verifiers: WithXactStatusVerification
-	// on PostgreSQL, WithCommitMarker on MySQL.
-	VerifyBuiltin Verify = "builtin"
-)
-
 // Payments makes idempotent payments in one namespace.
 type Payments struct {
 	db     *sql.DB
-	engine dbconn.Engine
+	engine dbserver.Engine
 	q      queries
-	verify Verify
 	// observer, if set, observes every call.
 	observer txretry.Observer
 }
 
 // queries is the SQL, rebound for the engine.
 type queries struct {
-	accounts, payments, markers string
-	insert, debit, balance      string
-	complete, lookup            string
+	accounts, payments, keys string
+	debit, balance, receipt  string
+	lookup                   string
 }
 
 // newQueries returns the SQL for engine e in namespace ns.
-func newQueries(e dbconn.Engine, ns dbconn.Namespace) queries {
+func newQueries(e dbserver.Engine, ns dbserver.Namespace) queries {
 	q := queries{
 		accounts: ns.Table("payment_accounts"),
 		payments: ns.Table("payment_payments"),
-		markers:  ns.Table("payment_commit_markers"),
+		keys:     ns.Table("payment_idempotency_keys"),
 	}
 	r := e.Rebind
-	q.insert = r("INSERT INTO " + q.payments + " (idempotency_key, account_id, amount) VALUES (?, ?, ?)")
 	q.debit = r("UPDATE " + q.accounts + " SET balance = balance - ? WHERE id = ? AND balance >= ?")
 	q.balance = r("SELECT balance FROM " + q.accounts + " WHERE id = ?")
-	q.complete = r("UPDATE " + q.payments + " SET balance_after = ? WHERE idempotency_key = ?")
+	q.receipt = r("INSERT INTO " + q.payments + " (idempotency_key, account_id, amount, balance_after) VALUES (?, ?, ?, ?)")
 	q.lookup = r("SELECT account_id, amount, balance_after FROM " + q.payments + " WHERE idempotency_key = ?")
 	return q
 }
 
 // NewPayments returns payments over db, whose tables live in ns.
-func NewPayments(db *sql.DB, ns dbconn.Namespace, verify Verify) *Payments {
-	return &Payments{db: db, engine: ns.Engine, q: newQueries(ns.Engine, ns), verify: verify}
+func NewPayments(db *sql.DB, ns dbserver.Namespace) *Payments {
+	return &Payments{db: db, engine: ns.Engine, q: newQueries(ns.Engine, ns)}
 }
 
 // Setup drops and creates the tables and opens account 1 with balance.
 func (p *Payments) Setup(ctx context.Context, balance int64) error {
-	marker, err := txretry.CommitMarkerDDL(p.q.markers)
+	keys, err := txretry.IdempotencyKeysDDL(p.q.keys)
 	if err != nil {
 		return err
 	}
 	stmts := []string{
 		"DROP TABLE IF EXISTS " + p.q.payments,
 		"DROP TABLE IF EXISTS " + p.q.accounts,
-		"DROP TABLE IF EXISTS " + p.q.markers,
+		"DROP TABLE IF EXISTS " + p.q.keys,
 		"CREATE TABLE " + p.q.accounts + " (id INT PRIMARY KEY, balance BIGINT NOT NULL)",
+		// The receipts, stored under the key's token in fn's
+		// transaction.
 		"CREATE TABLE " + p.q.payments + ` (
 			idempotency_key VARCHAR(64) PRIMARY KEY,
 			account_id INT NOT NULL,
 			amount BIGINT NOT NULL,
-			balance_after BIGINT)`,
-		marker, // used by -verify builtin on MySQL
+			balance_after BIGINT NOT NULL)`,
+		keys,
 	}
 	for _, s := range stmts {
 		if _, err := p.db.ExecContext(ctx, s); err != nil {
@@ -131,21 +112,23 @@ func (p *Payments) Balance(ctx context.Context, account int) (int64, error) {
 }
 
 // Pay debits amount from account once per key, and returns the receipt and
-// whether this call made the payment (false: an earlier call with the same
-// key did, and its receipt is returned). The key must come from the client
-// and stay the same across its retries; see NewKey.
+// whether this call is known to have made the payment (false: the key was
+// already committed, and the stored receipt is returned). The key must come
+// from the client and stay the same across its retries; see NewKey.
+//
+// txretry.WithIdempotencyKey does the bookkeeping: each attempt inserts the
+// key before fn runs, so a key already paid ends the call with
+// txretry.ErrAlreadyCommitted without touching the account; concurrent
+// calls with one key wait for the first; and a lost COMMIT is resolved by
+// probing the key. fn stores the receipt under the same key, in the same
+// transaction, which is what a repeated call returns.
 func (p *Payments) Pay(ctx context.Context, key string, account int, amount int64) (Receipt, bool, error) {
+	// The receipt is stored under the key's token, the form the key table
+	// holds: at most 64 bytes, and never equal for two keys that differ
+	// only in case, which MySQL's default collation would confuse.
+	token := txretry.IdempotencyKeyToken(key)
 	var r Receipt
 	err := txretry.RunInTx(ctx, p.db, func(ctx context.Context, tx *sql.Tx) error {
-		// The key first: a duplicate ends the attempt before the account
-		// is touched. Concurrent calls with one key wait here for the
-		// first one to end.
-		if _, err := tx.ExecContext(ctx, p.q.insert, key, account, amount); err != nil {
-			if isDuplicate(err) {
-				return fmt.Errorf("%w: %w", errAlreadyPaid, err)
-			}
-			return err
-		}
 		res, err := tx.ExecContext(ctx, p.q.debit, amount, account, amount)
 		if err != nil {
 			return err
@@ -157,11 +140,13 @@ func (p *Payments) Pay(ctx context.Context, key string, account int, amount int6
 		if err := tx.QueryRowContext(ctx, p.q.balance, account).Scan(&r.BalanceAfter); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, p.q.complete, r.BalanceAfter, key)
+		_, err = tx.ExecContext(ctx, p.q.receipt, token, account, amount, r.BalanceAfter)
 		return err
-	}, p.options(key, account, amount)...)
+	}, p.options(key)...)
 
-	if errors.Is(err, errAlreadyPaid) {
+	if errors.Is(err, txretry.ErrAlreadyCommitted) {
+		// Paid before, by an earlier call or a concurrent one, or by this
+		// call when its COMMIT was lost: the stored receipt is the answer.
 		earlier, err := p.Lookup(ctx, key)
 		if err != nil {
 			return Receipt{}, false, err
@@ -178,92 +163,20 @@ func (p *Payments) Pay(ctx context.Context, key string, account int, amount int6
 }
 
 // options returns the txretry options of a payment.
-func (p *Payments) options(key string, account int, amount int64) []txretry.Option {
-	opts := []txretry.Option{txretry.WithLabel("payment")}
+func (p *Payments) options(key string) []txretry.Option {
+	opts := []txretry.Option{txretry.WithLabel("payment"), txretry.WithIdempotencyKey(p.q.keys, key)}
 	if p.observer != nil {
 		opts = append(opts, txretry.WithObserver(p.observer))
 	}
-	switch {
-	case p.verify == VerifyKey:
-		opts = append(opts, txretry.WithVerify(p.Verifier(key, account, amount)))
-	case p.engine == dbconn.Postgres:
-		opts = append(opts, txretry.WithXactStatusVerification())
-	default:
-		opts = append(opts, txretry.WithCommitMarker(p.q.markers))
-	}
 	return opts
-}
-
-// VerifierName describes the verifier Pay configures.
-func (p *Payments) VerifierName() string {
-	switch {
-	case p.verify == VerifyKey:
-		return "txretry.WithVerify: probe of the idempotency key"
-	case p.engine == dbconn.Postgres:
-		return "txretry.WithXactStatusVerification (pg_xact_status of the transaction id)"
-	default:
-		return "txretry.WithCommitMarker(" + p.q.markers + ")"
-	}
-}
-
-// Verifier returns the callback that tells whether the payment under key
-// committed, for txretry.WithVerify. It runs after an uncertain commit, on a
-// fresh connection from the pool (the attempt's connection is broken).
-//
-// It inserts the key, with the payment's account and amount, in a
-// transaction it always rolls back:
-//   - a duplicate key: the lost transaction committed → committed=true;
-//   - the insert succeeds: no committed payment has the key, and none can
-//     commit any more → committed=false, and txretry runs the payment again;
-//   - any other error: unknown; txretry calls the callback again after a
-//     backoff, until its verification timeout, then reports
-//     ErrCommitUncertain.
-//
-// Why not SELECT the key? While the lost transaction has not ended (the
-// server has not yet noticed the broken connection), its row is uncommitted.
-// A plain read does not see it, and on PostgreSQL neither does SELECT ... FOR
-// SHARE: the read would answer "not committed" for a transaction that may
-// still commit (its COMMIT may be in flight), and the retry would pay twice.
-// An INSERT of the same key, on the other hand, waits for the row's
-// transaction to end and then fails (it committed) or succeeds (it rolled
-// back), so the probe never answers early.
-func (p *Payments) Verifier(key string, account int, amount int64) func(ctx context.Context) (bool, error) {
-	return func(ctx context.Context) (committed bool, err error) {
-		tx, err := p.db.BeginTx(ctx, nil)
-		if err != nil {
-			return false, err
-		}
-		defer func() {
-			// The probe is always undone.
-			if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
-				err = errors.Join(err, rbErr)
-			}
-		}()
-		_, err = tx.ExecContext(ctx, p.q.insert, key, account, amount)
-		switch {
-		case err == nil:
-			return false, nil
-		case isDuplicate(err):
-			return true, nil
-		default:
-			return false, err
-		}
-	}
 }
 
 // Lookup returns the receipt of the payment under key, or ErrNoSuchPayment.
 func (p *Payments) Lookup(ctx context.Context, key string) (Receipt, error) {
 	r := Receipt{Key: key}
-	var after sql.NullInt64
-	err := p.db.QueryRowContext(ctx, p.q.lookup, key).Scan(&r.Account, &r.Amount, &after)
+	err := p.db.QueryRowContext(ctx, p.q.lookup, txretry.IdempotencyKeyToken(key)).Scan(&r.Account, &r.Amount, &r.BalanceAfter)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Receipt{}, ErrNoSuchPayment
 	}
-	r.BalanceAfter = after.Int64
 	return r, err
-}
-
-// isDuplicate reports a unique violation: SQLSTATE 23505 or MySQL error 1062.
-func isDuplicate(err error) bool {
-	return pgerr.IsUniqueViolation(err) || mysqlerr.Has(err, mysqlerr.DupEntry)
 }

@@ -15,8 +15,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/txretry/txretry/examples/internal/cli"
-	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/integration/dbserver"
 	"github.com/txretry/txretry/txretry"
 )
 
@@ -30,6 +32,7 @@ type options struct {
 	orders    int
 	stock     int64
 	isolation string
+	engines   []dbserver.Engine
 	namespace string
 	timeout   time.Duration
 }
@@ -44,13 +47,15 @@ var isolations = map[string]sql.IsolationLevel{
 // parseFlags parses the command line.
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
+	var db string
 	fs := flag.NewFlagSet("repository", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.customers, "customers", 20, "concurrent customers")
 	fs.IntVar(&o.orders, "orders", 3, "orders per customer, of 1 to 3 units each")
 	fs.Int64Var(&o.stock, "stock", 100, "units in stock at the start")
 	fs.StringVar(&o.isolation, "isolation", "serializable", "isolation level: serializable, repeatable-read or read-committed")
-	fs.StringVar(&o.namespace, "namespace", "txretry_demo", "PostgreSQL schema for the tables")
+	fs.StringVar(&db, "db", "all", "databases to run on: all, postgres or mysql")
+	fs.StringVar(&o.namespace, "namespace", "txretry_demo", "schema (PostgreSQL) or database (MySQL) for the tables")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound of the whole run, containers excepted")
 	if err := cli.Parse(fs, args); err != nil {
 		return o, err
@@ -61,7 +66,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	case o.customers < 1 || o.orders < 1 || o.stock < 0 || o.timeout <= 0:
 		return o, errors.New("-customers, -orders and -timeout must be positive, -stock not negative")
 	}
-	return o, nil
+	var err error
+	o.engines, err = cli.Engines(db)
+	return o, err
 }
 
 // run is the program; it returns the exit status.
@@ -70,30 +77,107 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return cli.UsageStatus("repository", err, stderr)
 	}
-	p := cli.Program{Name: "repository", Engines: []dbconn.Engine{dbconn.Postgres}, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
-	return p.Run(func(ctx context.Context, servers []*dbconn.Server, findErr error) int {
-		if findErr != nil {
-			fmt.Fprintf(stdout, "%v\nFAIL: no database reachable\n", findErr)
-			return 1
-		}
-		rep, err := demo(ctx, servers[0], o)
-		printReport(stdout, rep)
-		switch {
-		case err != nil:
-			fmt.Fprintf(stdout, "FAIL: %v\n", err)
-			return 1
-		case !rep.ok():
-			fmt.Fprintln(stdout, "FAIL: the invariant does not hold")
-			return 1
-		}
-		fmt.Fprintln(stdout, "ok")
-		return 0
+	p := cli.Program{Name: "repository", Engines: o.engines, Timeout: o.timeout, Stdout: stdout, Stderr: stderr}
+	return p.Run(func(ctx context.Context, servers []*dbserver.Server, findErr error) int {
+		return runAll(ctx, servers, findErr, o, stdout)
 	})
+}
+
+// runAll places the orders with every driver on every server found, prints
+// the reports to w and returns the exit status.
+func runAll(ctx context.Context, servers []*dbserver.Server, findErr error, o options, w io.Writer) int {
+	fmt.Fprintf(w, "repository: %d customers × %d orders of 1 to 3 units, stock %d, %s\n",
+		o.customers, o.orders, o.stock, strings.ToUpper(strings.ReplaceAll(o.isolation, "-", " ")))
+	if findErr != nil {
+		fmt.Fprintf(w, "\n%v\n", findErr)
+	}
+	if len(servers) == 0 {
+		fmt.Fprintln(w, "\nFAIL: no database reachable; set TXRETRY_PG_DSN and/or TXRETRY_MYSQL_DSN, or start Docker")
+		return 1
+	}
+	ok := !cli.Misconfigured(findErr) // a DSN that is set but broken is an error, not a skip
+	start := time.Now()
+	for _, srv := range servers {
+		ns, err := srv.Namespace(ctx, o.namespace)
+		if err == nil && ns.Prefix != "" {
+			// sqlc's queries name the tables as they are.
+			err = fmt.Errorf("the repository example needs a schema or database of its own; %s", ns.Where)
+		}
+		if err != nil {
+			fmt.Fprintf(w, "\n%s: %v\n", srv, err)
+			ok = false
+			continue
+		}
+		fmt.Fprintf(w, "\n%s, %s\n", srv, ns.Where)
+		for _, d := range driversFor(srv.Engine) {
+			rep, err := demo(ctx, ns, d, o)
+			printReport(w, rep)
+			if err != nil {
+				fmt.Fprintf(w, "    FAIL: %v\n", err)
+			}
+			ok = ok && err == nil && rep.ok()
+		}
+	}
+	if !ok {
+		fmt.Fprintf(w, "\nFAIL (%v)\n", time.Since(start).Round(time.Millisecond))
+		return 1
+	}
+	fmt.Fprintf(w, "\nok: the invariant holds on every run (%v)\n", time.Since(start).Round(time.Millisecond))
+	return 0
+}
+
+// driver names a way of reaching a server, and the store package sqlc
+// generated for it.
+type driver string
+
+// The drivers the program runs.
+const (
+	pgxNative driver = "pgx native, pgxretry.RunInTx, package pgxstore"
+	pgxStdlib driver = "pgx stdlib (database/sql), txretry.RunInTx, package pgstore"
+	mysqlSQL  driver = "go-sql-driver/mysql (database/sql), txretry.RunInTx, package mysqlstore"
+)
+
+// driversFor lists the drivers to run on a server of engine e.
+func driversFor(e dbserver.Engine) []driver {
+	if e == dbserver.Postgres {
+		return []driver{pgxNative, pgxStdlib}
+	}
+	return []driver{mysqlSQL}
+}
+
+// openService connects to ns with driver d, with room for conns
+// connections, and returns the service over the connection and the function
+// that closes it.
+func openService(ctx context.Context, ns dbserver.Namespace, d driver, conns int, opts ...txretry.Option) (Service, func(), error) {
+	if d == pgxNative {
+		cfg, err := pgxpool.ParseConfig(ns.DSN)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.MaxConns = int32(conns)
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		return NewPgxService(pool, opts...), pool.Close, nil
+	}
+	db, err := sql.Open(ns.Engine.Driver(), ns.DSN)
+	if err != nil {
+		return nil, nil, err
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	closeDB := func() { db.Close() }
+	if d == mysqlSQL {
+		return NewMySQLService(db, opts...), closeDB, nil
+	}
+	return NewPostgresService(db, opts...), closeDB, nil
 }
 
 // report is what a run found.
 type report struct {
-	header      string
+	driver      driver
+	ran         bool // the orders ran and the figures below are filled in
 	placed      int
 	units       int64
 	outOfStock  int
@@ -136,27 +220,16 @@ func (c *observer) Observe(_ context.Context, e txretry.Event) {
 // sku is the product the customers order.
 const sku = "sku-1"
 
-// demo runs the concurrent orders on srv.
-func demo(ctx context.Context, srv *dbconn.Server, o options) (report, error) {
-	rep := report{stock: o.stock, failed: map[string]int{}}
-	ns, err := srv.Namespace(ctx, o.namespace)
-	if err != nil {
-		return rep, err
-	}
-	if ns.Prefix != "" {
-		return rep, fmt.Errorf("the repository example needs a schema of its own; %s", ns.Where)
-	}
-	rep.header = fmt.Sprintf("%s, %s, pgx stdlib (database/sql), %s", srv, ns.Where, strings.ToUpper(strings.ReplaceAll(o.isolation, "-", " ")))
-	db, err := sql.Open("pgx", ns.DSN)
-	if err != nil {
-		return rep, err
-	}
-	defer db.Close()
-	db.SetMaxOpenConns(o.customers)
-	db.SetMaxIdleConns(o.customers)
-
+// demo runs the concurrent orders in ns with driver d.
+func demo(ctx context.Context, ns dbserver.Namespace, d driver, o options) (report, error) {
+	rep := report{driver: d, stock: o.stock, failed: map[string]int{}}
 	obs := &observer{retries: map[string]int{}}
-	svc := NewService(db, txretry.WithIsolation(isolations[o.isolation]), txretry.WithObserver(obs))
+	svc, closeService, err := openService(ctx, ns, d, o.customers,
+		txretry.WithIsolation(isolations[o.isolation]), txretry.WithObserver(obs))
+	if err != nil {
+		return rep, err
+	}
+	defer closeService()
 	if err := svc.Setup(ctx, sku, o.stock); err != nil {
 		return rep, err
 	}
@@ -208,7 +281,7 @@ func demo(ctx context.Context, srv *dbconn.Server, o options) (report, error) {
 	if err != nil {
 		return rep, err
 	}
-	rep.sample = customerName(0)
+	rep.ran, rep.sample = true, customerName(0)
 	for _, ord := range orders {
 		rep.sampleLines = append(rep.sampleLines, fmt.Sprintf("#%d %d×%s", ord.ID, ord.Quantity, ord.Sku))
 	}
@@ -218,35 +291,46 @@ func demo(ctx context.Context, srv *dbconn.Server, o options) (report, error) {
 // customerName names customer c.
 func customerName(c int) string { return fmt.Sprintf("customer-%02d", c+1) }
 
+// codeNames names the codes the program expects to see.
+var codeNames = map[string]string{
+	"40001": "serialization_failure",
+	"40P01": "deadlock_detected",
+	"1213":  "ER_LOCK_DEADLOCK",
+}
+
 // printReport prints a run's report.
 func printReport(w io.Writer, r report) {
-	if r.header == "" {
+	fmt.Fprintf(w, "  %s\n", r.driver)
+	if !r.ran {
 		return
 	}
 	failed := 0
 	for _, n := range r.failed {
 		failed += n
 	}
-	fmt.Fprintln(w, r.header)
-	fmt.Fprintf(w, "  orders      %d placed (%d units), %d refused (out of stock), %d failed\n",
+	fmt.Fprintf(w, "    orders      %d placed (%d units), %d refused (out of stock), %d failed\n",
 		r.placed, r.units, r.outOfStock, failed)
 	for _, k := range slices.Sorted(maps.Keys(r.failed)) {
-		fmt.Fprintf(w, "              %d× %s\n", r.failed[k], k)
+		fmt.Fprintf(w, "                %d× %s\n", r.failed[k], k)
 	}
 	var codes []string
 	for _, k := range slices.Sorted(maps.Keys(r.retries)) {
-		codes = append(codes, fmt.Sprintf("%s ×%d", k, r.retries[k]))
+		name := k
+		if n, ok := codeNames[k]; ok {
+			name += " " + n
+		}
+		codes = append(codes, fmt.Sprintf("%s ×%d", name, r.retries[k]))
 	}
 	if len(codes) == 0 {
 		codes = []string{"none"}
 	}
-	fmt.Fprintf(w, "  attempts    %d; retryable errors: %s\n", r.attempts, strings.Join(codes, ", "))
-	fmt.Fprintf(w, "  elapsed     %v\n", r.elapsed.Round(time.Millisecond))
-	fmt.Fprintf(w, "  orders of %s: %s\n", r.sample, strings.Join(r.sampleLines, ", "))
+	fmt.Fprintf(w, "    attempts    %d; retryable errors: %s\n", r.attempts, strings.Join(codes, ", "))
+	fmt.Fprintf(w, "    elapsed     %v\n", r.elapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "    orders of %s: %s\n", r.sample, strings.Join(r.sampleLines, ", "))
 	if r.ok() {
-		fmt.Fprintf(w, "  invariant   ok: stock %d → %d, %d units ordered, none lost or oversold\n", r.stock, r.finalStock, r.ordered)
+		fmt.Fprintf(w, "    invariant   ok: stock %d → %d, %d units ordered, none lost or oversold\n", r.stock, r.finalStock, r.ordered)
 		return
 	}
-	fmt.Fprintf(w, "  invariant   FAILED: stock %d → %d but %d units ordered: %d units sold that were not there (lost updates)\n",
+	fmt.Fprintf(w, "    invariant   FAILED: stock %d → %d but %d units ordered: %d units sold that were not there (lost updates)\n",
 		r.stock, r.finalStock, r.ordered, r.ordered+r.finalStock-r.stock)
 }

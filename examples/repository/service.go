@@ -6,80 +6,121 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
-	"github.com/txretry/txretry/examples/repository/store"
-	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/examples/repository/store/mysqlstore"
+	"github.com/txretry/txretry/examples/repository/store/pgstore"
+	"github.com/txretry/txretry/examples/repository/store/pgxstore"
 )
 
-// schema creates the tables; it is also sqlc's input.
-//
-//go:embed store/schema.sql
-var schema string
+// The schemas create the tables; they are also sqlc's input.
+var (
+	//go:embed sql/postgresql/schema.sql
+	postgresSchema string
+	//go:embed sql/mysql/schema.sql
+	mysqlSchema string
+)
+
+// dropTables drops the tables, in the order their foreign key needs, on
+// every engine.
+var dropTables = []string{"DROP TABLE IF EXISTS orders", "DROP TABLE IF EXISTS products"}
 
 // ErrOutOfStock refuses an order for more than the stock.
 var ErrOutOfStock = errors.New("out of stock")
 
-// Service places orders.
-type Service struct {
-	db   *sql.DB
-	q    *store.Queries
-	opts []txretry.Option
+// Order is an order, whichever store package read it (each has an Order of
+// its own, with the same fields).
+type Order struct {
+	ID       int64
+	Customer string
+	Sku      string
+	Quantity int64
 }
 
-// NewService returns the service over db; opts are given to every RunInTx
-// call after the service's own (the isolation level, an observer).
-func NewService(db *sql.DB, opts ...txretry.Option) *Service {
-	return &Service{db: db, q: store.New(db), opts: opts}
+// Service places orders. There is one implementation per package that sqlc
+// generates: PostgresService (pgstore, database/sql), PgxService (pgxstore,
+// pgx native) and MySQLService (mysqlstore, database/sql). Their PlaceOrder
+// methods are the same transaction, each in its stack's types.
+type Service interface {
+	// Setup drops and creates the tables and adds a product with stock
+	// units.
+	Setup(ctx context.Context, sku string, stock int64) error
+	// PlaceOrder orders quantity units of sku for customer: it reads the
+	// stock, refuses the order if the stock is short, else writes the new
+	// stock and records the order, all in one transaction that txretry runs
+	// again when the database aborts it.
+	PlaceOrder(ctx context.Context, customer, sku string, quantity int64) (Order, error)
+	// Stock returns the stock of sku and the units ordered of it, outside
+	// any transaction.
+	Stock(ctx context.Context, sku string) (stock, ordered int64, err error)
+	// Orders returns a customer's orders.
+	Orders(ctx context.Context, customer string) ([]Order, error)
 }
 
-// Setup drops and creates the tables and adds a product with stock units.
-func (s *Service) Setup(ctx context.Context, sku string, stock int64) error {
-	for _, stmt := range []string{"DROP TABLE IF EXISTS orders", "DROP TABLE IF EXISTS products", schema} {
-		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+// setupStatements returns the statements that drop and create the tables
+// of schema, one statement each (go-sql-driver/mysql runs one statement per
+// call unless multiStatements is set).
+func setupStatements(schema string) []string {
+	stmts := slices.Clone(dropTables)
+	for stmt := range strings.SplitSeq(schema, ";") {
+		var lines []string
+		for line := range strings.Lines(stmt) {
+			if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+				lines = append(lines, line)
+			}
+		}
+		if stmt := strings.TrimSpace(strings.Join(lines, "")); stmt != "" {
+			stmts = append(stmts, stmt)
+		}
+	}
+	return stmts
+}
+
+// convertOrders converts the orders of a store package, whose Order has the
+// same fields as Order.
+func convertOrders[O pgstore.Order | pgxstore.Order | mysqlstore.Order](orders []O) []Order {
+	out := make([]Order, len(orders))
+	for i, o := range orders {
+		out[i] = Order(o)
+	}
+	return out
+}
+
+// createTables drops and creates the tables of schema, one statement per
+// call of exec.
+func createTables(ctx context.Context, schema string, exec func(ctx context.Context, stmt string) error) error {
+	for _, stmt := range setupStatements(schema) {
+		if err := exec(ctx, stmt); err != nil {
 			return fmt.Errorf("set up tables: %w", err)
 		}
 	}
-	return s.q.CreateProduct(ctx, store.CreateProductParams{Sku: sku, Name: "Widget", Stock: stock})
+	return nil
 }
 
-// PlaceOrder orders quantity units of sku for customer: it reads the stock,
-// refuses the order if the stock is short, else writes the new stock and
-// records the order, all in one transaction that txretry runs again when
-// the database aborts it.
-func (s *Service) PlaceOrder(ctx context.Context, customer, sku string, quantity int64) (store.Order, error) {
-	var order store.Order
-	err := txretry.RunInTx(ctx, s.db, func(ctx context.Context, tx *sql.Tx) error {
-		q := s.q.WithTx(tx)
-		p, err := q.GetProduct(ctx, sku)
-		if err != nil {
-			return err
-		}
-		if p.Stock < quantity {
-			return ErrOutOfStock
-		}
-		// Read, then write the computed value: the pattern that loses
-		// updates below SERIALIZABLE (two orders read 10, both write 9).
-		if err := q.UpdateStock(ctx, store.UpdateStockParams{Sku: sku, Stock: p.Stock - quantity}); err != nil {
-			return err
-		}
-		order, err = q.CreateOrder(ctx, store.CreateOrderParams{Customer: customer, Sku: sku, Quantity: quantity})
+// execOn is createTables's exec on a database/sql pool.
+func execOn(db *sql.DB) func(ctx context.Context, stmt string) error {
+	return func(ctx context.Context, stmt string) error {
+		_, err := db.ExecContext(ctx, stmt)
 		return err
-	}, append([]txretry.Option{txretry.WithLabel("place order")}, s.opts...)...)
-	return order, err
+	}
 }
 
-// Stock returns the stock of sku and the units ordered of it, outside any
-// transaction.
-func (s *Service) Stock(ctx context.Context, sku string) (stock, ordered int64, err error) {
-	p, err := s.q.GetProduct(ctx, sku)
+// product is a row of products, as each store package's Product has it.
+type product struct {
+	Sku   string
+	Name  string
+	Stock int64
+}
+
+// stockOf returns the stock of sku and the units ordered of it through a
+// store package's GetProduct and OrderedQuantity.
+func stockOf[P pgstore.Product | pgxstore.Product | mysqlstore.Product](ctx context.Context, sku string,
+	get func(context.Context, string) (P, error), orderedQuantity func(context.Context, string) (int64, error)) (stock, ordered int64, err error) {
+	p, err := get(ctx, sku)
 	if err != nil {
 		return 0, 0, err
 	}
-	ordered, err = s.q.OrderedQuantity(ctx, sku)
-	return p.Stock, ordered, err
-}
-
-// Orders returns a customer's orders.
-func (s *Service) Orders(ctx context.Context, customer string) ([]store.Order, error) {
-	return s.q.ListOrdersByCustomer(ctx, customer)
+	ordered, err = orderedQuantity(ctx, sku)
+	return product(p).Stock, ordered, err
 }

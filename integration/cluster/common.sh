@@ -1,4 +1,4 @@
-# Shared helpers of galera.sh and pgbouncer.sh; sourced, never run.
+# Shared helpers of galera.sh, pgbouncer.sh and tidb.sh; sourced, never run.
 # shellcheck shell=bash
 
 CLUSTER_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -62,13 +62,35 @@ pid_alive() {
 	[ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
 }
 
-# write_env merges the env fragments of both scripts into .run/env, which
+# stop_process PID NAME SECONDS sends SIGTERM to PID, SIGKILL when it has
+# not exited within SECONDS, and waits until the process is gone and reaped
+# (a detached server's parent, init, reaps it a little later). Nothing
+# happens when PID is empty or not running.
+stop_process() {
+	local pid=$1 name=$2 secs=$3 i
+	pid_alive "$pid" || return 0
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < secs * 10; i++)); do
+		pid_alive "$pid" || break
+		sleep 0.1
+	done
+	if pid_alive "$pid"; then
+		log "$name (pid $pid) did not stop within ${secs}s: SIGKILL"
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	for ((i = 0; i < 50; i++)); do
+		[ -e "/proc/$pid" ] || break
+		sleep 0.1
+	done
+}
+
+# write_env merges the env fragments of the scripts into .run/env, which
 # .ci/run sources. A script that stops removes its fragment first.
 write_env() {
 	local out="$RUN_DIR/env" tmp f
 	tmp=$(mktemp "$RUN_DIR/env.XXXXXX")
 	echo "# Written by integration/cluster scripts; source it." >"$tmp"
-	for f in "$RUN_DIR"/galera.env "$RUN_DIR"/pgbouncer.env; do
+	for f in "$RUN_DIR"/galera.env "$RUN_DIR"/pgbouncer.env "$RUN_DIR"/tidb.env; do
 		[ -f "$f" ] && cat "$f" >>"$tmp"
 	done
 	if [ "$(wc -l <"$tmp")" -le 1 ]; then

@@ -147,23 +147,7 @@ cmd_start() {
 # cmd_stop_quiet stops PgBouncer and waits until its process is gone (and
 # reaped), then removes its files.
 cmd_stop_quiet() {
-	local pid i
-	pid=$(bouncer_pid)
-	if pid_alive "$pid"; then
-		kill -TERM "$pid" 2>/dev/null || true
-		for ((i = 0; i < STOP_TIMEOUT * 10; i++)); do
-			pid_alive "$pid" || break
-			sleep 0.1
-		done
-		if pid_alive "$pid"; then
-			log "pgbouncer (pid $pid) did not stop within ${STOP_TIMEOUT}s: SIGKILL"
-			kill -KILL "$pid" 2>/dev/null || true
-		fi
-		for ((i = 0; i < 50; i++)); do
-			[ -e "/proc/$pid" ] || break
-			sleep 0.1
-		done
-	fi
+	stop_process "$(bouncer_pid)" pgbouncer "$STOP_TIMEOUT"
 	if [ -n "$BASE" ]; then
 		[ -f "$BASE/pgbouncer.log" ] && cp "$BASE/pgbouncer.log" "$RUN_DIR/pgbouncer-last.log"
 		rm -rf "$BASE"

@@ -13,16 +13,19 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/txretry/txretry/integration/internal/dbtest"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/txretry"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+func TestMain(m *testing.M) { dbservertest.Main(m) }
 
 // Environment variables written by the integration/cluster scripts.
 const (
 	envGaleraDSNs   = "TXRETRY_GALERA_DSNS"
 	envPgBouncerDSN = "TXRETRY_PGBOUNCER_DSN"
+	envTiDBDSN      = "TXRETRY_TIDB_DSN"
+	// envTiDBStatus is the host:port of TiDB's status API.
+	envTiDBStatus = "TXRETRY_TIDB_STATUS"
 )
 
 // requireEnv returns the value of env. If it is unset the test is skipped,
@@ -33,7 +36,7 @@ func requireEnv(t *testing.T, env, script string) string {
 	if v != "" {
 		return v
 	}
-	unavailable(t, fmt.Sprintf("%s is not set: run integration/cluster/%s start, then source integration/cluster/.run/env", env, script))
+	unavailable(t, fmt.Sprintf("%s is not set: make test starts integration/cluster/%s (see withdb's message for why it did not), or run it by hand and source integration/cluster/.run/env", env, script))
 	return ""
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/txretry/txretry/integration/internal/dbtest"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/integration/internal/faultproxy"
 	"github.com/txretry/txretry/pgerr"
 	"github.com/txretry/txretry/txretry"
@@ -34,7 +34,7 @@ type bouncer struct {
 }
 
 // newBouncer creates a database for the test on the server of
-// TXRETRY_PG_DSN (dbtest) and returns it with its URL through the PgBouncer
+// TXRETRY_PG_DSN (dbservertest) and returns it with its URL through the PgBouncer
 // of TXRETRY_PGBOUNCER_DSN, whose wildcard database entry forwards any
 // database name to that server.
 func newBouncer(t *testing.T) *bouncer {
@@ -44,10 +44,10 @@ func newBouncer(t *testing.T) *bouncer {
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		t.Fatalf("%s must be a postgres:// URL: %v", envPgBouncerDSN, err)
 	}
-	direct := dbtest.Postgres(t)
+	direct := dbservertest.Postgres(t)
 	cfg, err := pgconn.ParseConfig(direct)
 	if err != nil {
-		t.Fatalf("dbtest DSN: %v", err)
+		t.Fatalf("dbservertest DSN: %v", err)
 	}
 	u.Path = "/" + cfg.Database
 	return &bouncer{direct: direct, url: u}

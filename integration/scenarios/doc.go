@@ -11,8 +11,8 @@
 //
 // Each scenario is written once over a small per-path interface (driverPath
 // and querier in the tests) and runs as one subtest per path. Servers come
-// from package dbtest: set TXRETRY_PG_DSN and TXRETRY_MYSQL_DSN, or let it
-// start containers.
+// from package dbserver: TXRETRY_PG_DSN and TXRETRY_MYSQL_DSN when set, else
+// containers or throwaway servers it starts.
 //
 // The package holds tests only.
 package scenarios

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
-	"github.com/txretry/txretry/integration/internal/dbtest"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/integration/internal/faultproxy"
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/pgxretry"
@@ -57,9 +57,9 @@ var (
 	pgUpstream = func(t *testing.T, dsn string) string { return pgURL(t, dsn).Host }
 
 	keyLockKinds = []keyLockKind{
-		{name: "pgx-native", fresh: dbtest.Postgres, on: pgxNativeOn, sqlDriver: "pgx", proto: faultproxy.Postgres, via: pgVia, upstream: pgUpstream},
-		{name: "pgx-stdlib", fresh: dbtest.Postgres, on: pgxStdlibOn, sqlDriver: "pgx", proto: faultproxy.Postgres, via: pgVia, upstream: pgUpstream},
-		{name: "mysql", fresh: dbtest.MySQL, on: mysqlOn, sqlDriver: "mysql", proto: faultproxy.MySQL,
+		{name: "pgx-native", fresh: dbservertest.Postgres, on: pgxNativeOn, sqlDriver: "pgx", proto: faultproxy.Postgres, via: pgVia, upstream: pgUpstream},
+		{name: "pgx-stdlib", fresh: dbservertest.Postgres, on: pgxStdlibOn, sqlDriver: "pgx", proto: faultproxy.Postgres, via: pgVia, upstream: pgUpstream},
+		{name: "mysql", fresh: dbservertest.MySQL, on: mysqlOn, sqlDriver: "mysql", proto: faultproxy.MySQL,
 			via: func(t *testing.T, dsn, addr string) string {
 				cfg, err := mysql.ParseDSN(dsn)
 				if err != nil {

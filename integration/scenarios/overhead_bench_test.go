@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/txretry/txretry/integration/internal/dbtest"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/pgxretry"
 )
@@ -26,7 +26,7 @@ import (
 // for the disk (synchronous_commit off), whose flush time would drown the
 // difference.
 func BenchmarkOverheadPostgres(b *testing.B) {
-	dsn := dbtest.Postgres(b)
+	dsn := dbservertest.Postgres(b)
 	ctx := context.Background()
 	const update = "UPDATE bench SET v = v + 1 WHERE id = 1"
 

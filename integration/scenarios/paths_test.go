@@ -19,16 +19,16 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"go.uber.org/goleak"
 
-	"github.com/txretry/txretry/integration/internal/dbtest"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/pgxretry"
 )
 
-// TestMain terminates the containers dbtest may start. dbtest.Main ends the
+// TestMain stops the servers dbservertest may start. dbservertest.Main ends the
 // process itself, so nothing can run after m.Run here: the goroutine leak
 // check is done per test instead (see forEachPath), which also pins a leak
 // to the scenario that caused it.
-func TestMain(m *testing.M) { dbtest.Main(m) }
+func TestMain(m *testing.M) { dbservertest.Main(m) }
 
 // Settings shared by every path.
 const (
@@ -302,15 +302,15 @@ type pathKind struct {
 }
 
 var (
-	pgxNative = pathKind{name: "pgx-native", server: dbtest.PostgresAdmin, open: openPgxNative}
-	pgxStdlib = pathKind{name: "pgx-stdlib", server: dbtest.PostgresAdmin, open: openPgxStdlib}
-	mysqlPath = pathKind{name: "mysql", server: dbtest.MySQLAdmin, open: openMySQL}
+	pgxNative = pathKind{name: "pgx-native", server: dbservertest.PostgresAdmin, open: openPgxNative}
+	pgxStdlib = pathKind{name: "pgx-stdlib", server: dbservertest.PostgresAdmin, open: openPgxStdlib}
+	mysqlPath = pathKind{name: "mysql", server: dbservertest.MySQLAdmin, open: openMySQL}
 
 	allPaths      = []pathKind{pgxNative, pgxStdlib, mysqlPath}
 	postgresPaths = []pathKind{pgxNative, pgxStdlib}
 )
 
-func openPgxNative(t *testing.T) *driverPath { return pgxNativeOn(t, dbtest.Postgres(t)) }
+func openPgxNative(t *testing.T) *driverPath { return pgxNativeOn(t, dbservertest.Postgres(t)) }
 
 // pgxNativeOn opens a pgx-native path on dsn, a database of the test's.
 func pgxNativeOn(t *testing.T, dsn string) *driverPath {
@@ -334,13 +334,13 @@ func pgxNativeOn(t *testing.T, dsn string) *driverPath {
 			}, opts...)
 		},
 		inUse: func() int { return int(pool.Stat().AcquiredConns()) },
-		admin: dbtest.PostgresAdmin(t),
+		admin: dbservertest.PostgresAdmin(t),
 	}
 	closeAtEnd(t, p, func() error { pool.Close(); return nil })
 	return p
 }
 
-func openPgxStdlib(t *testing.T) *driverPath { return pgxStdlibOn(t, dbtest.Postgres(t)) }
+func openPgxStdlib(t *testing.T) *driverPath { return pgxStdlibOn(t, dbservertest.Postgres(t)) }
 
 // pgxStdlibOn opens a pgx-stdlib path on dsn, a database of the test's.
 func pgxStdlibOn(t *testing.T, dsn string) *driverPath {
@@ -351,12 +351,12 @@ func pgxStdlibOn(t *testing.T, dsn string) *driverPath {
 	cfg.RuntimeParams["deadlock_timeout"] = pgDeadlockTimeout
 	db := stdlib.OpenDB(*cfg)
 	p := sqlPath("pgx-stdlib", pgDialect, db)
-	p.admin = dbtest.PostgresAdmin(t)
+	p.admin = dbservertest.PostgresAdmin(t)
 	closeAtEnd(t, p, db.Close)
 	return p
 }
 
-func openMySQL(t *testing.T) *driverPath { return mysqlOn(t, dbtest.MySQL(t)) }
+func openMySQL(t *testing.T) *driverPath { return mysqlOn(t, dbservertest.MySQL(t)) }
 
 // mysqlOn opens a mysql path on dsn, a database of the test's.
 func mysqlOn(t *testing.T, dsn string) *driverPath {
@@ -374,8 +374,8 @@ func mysqlOn(t *testing.T, dsn string) *driverPath {
 	}
 	db := sql.OpenDB(connector)
 	p := sqlPath("mysql", mysqlDialect, db)
-	p.admin = dbtest.MySQLAdmin(t)
-	t.Logf("server: %s", dbtest.MySQLFlavor(t))
+	p.admin = dbservertest.MySQLAdmin(t)
+	t.Logf("server: %s", dbservertest.MySQLFlavor(t))
 	closeAtEnd(t, p, db.Close)
 	return p
 }
@@ -398,7 +398,7 @@ func sqlPath(name string, d *dialect, db *sql.DB) *driverPath {
 }
 
 // closeAtEnd checks at t's end that the pool has no connection in use, then
-// closes it (before dbtest drops the database). A pool that cannot close
+// closes it (before dbservertest drops the database). A pool that cannot close
 // because a connection was never given back fails the test instead of
 // hanging it.
 func closeAtEnd(t *testing.T, p *driverPath, closeFn func() error) {
@@ -432,7 +432,7 @@ func requireIdle(t *testing.T, p *driverPath) {
 
 // knownBackground are the long-lived goroutines that are not ours:
 // testcontainers' connection to its reaper (Ryuk) and the Docker client's
-// keep-alive connections, both alive as long as the containers dbtest
+// keep-alive connections, both alive as long as the containers dbservertest
 // started. The drivers leave none behind once their pools are closed:
 // database/sql's connection opener, pgxpool's health check and
 // go-sql-driver's per-connection watcher all end with Close.

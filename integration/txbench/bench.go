@@ -27,6 +27,7 @@ type config struct {
 	drivers    []driverSpec
 	pgDSN      string
 	mysqlDSN   string
+	tidbDSN    string
 	seed       uint64
 	format     string // "table" or "tsv"
 	tsvPath    string
@@ -35,6 +36,9 @@ type config struct {
 }
 
 func (c *config) dsn(d driverSpec) string {
+	if d.name == driverTiDB {
+		return c.tidbDSN
+	}
 	if d.dialect == dialectMySQL {
 		return c.mysqlDSN
 	}
@@ -147,7 +151,7 @@ func runOne(ctx context.Context, cfg *config, ws workloadSpec, ds driverSpec, r 
 	}
 	defer c.close()
 	seed := cfg.seed + uint64(rep)
-	wl := newWorkloadRun(ws, ds.dialect, n, seed)
+	wl := newWorkloadRun(ws, ds, n, seed)
 	if err := wl.prepare(sctx, c); err != nil {
 		return res, err
 	}

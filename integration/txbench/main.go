@@ -19,6 +19,7 @@ import (
 const (
 	envPGDSN    = "TXRETRY_PG_DSN"
 	envMySQLDSN = "TXRETRY_MYSQL_DSN"
+	envTiDBDSN  = "TXRETRY_TIDB_DSN"
 )
 
 // errUsage is matched by errors in the flags.
@@ -142,6 +143,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	fs.StringVar(&drivers, "driver", "pgx,mysql", "comma list of drivers: "+strings.Join(names(allDrivers, func(d driverSpec) string { return d.name }), ", "))
 	fs.StringVar(&cfg.pgDSN, "pg-dsn", getenv(envPGDSN), "PostgreSQL DSN (default $"+envPGDSN+")")
 	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", getenv(envMySQLDSN), "MySQL/MariaDB DSN for go-sql-driver (default $"+envMySQLDSN+")")
+	fs.StringVar(&cfg.tidbDSN, "tidb-dsn", getenv(envTiDBDSN), "TiDB DSN for go-sql-driver, driver tidb (default $"+envTiDBDSN+")")
 	fs.StringVar(&cfg.format, "format", "table", "output on stdout: table or tsv")
 	fs.StringVar(&cfg.tsvPath, "tsv", "", "also write the TSV report to this file")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the workers' random choices")
@@ -184,6 +186,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	for _, d := range cfg.drivers {
 		if cfg.dsn(d) != "" {
 			continue
+		}
+		if d.name == driverTiDB {
+			return nil, fmt.Errorf("%w: driver %s needs $%s or -tidb-dsn", errUsage, d.name, envTiDBDSN)
 		}
 		if d.dialect == dialectMySQL {
 			return nil, fmt.Errorf("%w: driver %s needs $%s or -mysql-dsn", errUsage, d.name, envMySQLDSN)

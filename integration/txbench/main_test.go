@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -10,9 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"go.uber.org/goleak"
 
-	"github.com/txretry/txretry/integration/internal/dbtest"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 )
 
 // TestMain also runs the children of spread runs, which re-exec the test
@@ -21,7 +25,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(childMain(context.Background(), spec, os.Stdin, os.Stdout, os.Stderr))
 	}
-	dbtest.Main(m)
+	dbservertest.Main(m)
 }
 
 // TestBenchShortRun makes a short run of every runner on every workload and
@@ -47,10 +51,13 @@ func TestBenchShortRun(t *testing.T) {
 				seed:      1,
 				format:    "table",
 			}
-			if d.dialect == dialectMySQL {
-				cfg.mysqlDSN = dbtest.MySQL(t)
-			} else {
-				cfg.pgDSN = dbtest.Postgres(t)
+			switch {
+			case d.name == driverTiDB:
+				cfg.tidbDSN = tidbDatabase(t)
+			case d.dialect == dialectMySQL:
+				cfg.mysqlDSN = dbservertest.MySQL(t)
+			default:
+				cfg.pgDSN = dbservertest.Postgres(t)
 			}
 			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
@@ -142,4 +149,45 @@ func hasRow(table, section, prefix string) bool {
 		}
 	}
 	return false
+}
+
+// tidbDatabase creates a database for the test on the TiDB server of
+// TXRETRY_TIDB_DSN (integration/cluster/tidb.sh writes it), dropped when the
+// test ends, and returns its DSN. Without the variable the test is skipped,
+// also under CI: the engine tests are the ones that require TiDB there.
+func tidbDatabase(t *testing.T) string {
+	t.Helper()
+	raw := os.Getenv(envTiDBDSN)
+	if raw == "" {
+		t.Skipf("%s is not set: run integration/cluster/tidb.sh start, then source integration/cluster/.run/env", envTiDBDSN)
+	}
+	cfg, err := mysql.ParseDSN(raw)
+	if err != nil {
+		t.Fatalf("%s: %v", envTiDBDSN, err)
+	}
+	cfg.DBName = ""
+	c, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := sql.OpenDB(c)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := "txbench_" + hex.EncodeToString(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close()
+		t.Fatalf("create database on %s: %v", envTiDBDSN, err)
+	}
+	t.Cleanup(func() {
+		defer admin.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, "DROP DATABASE "+name); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	cfg.DBName = name
+	return cfg.FormatDSN()
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -30,7 +29,7 @@ type runner struct {
 	// workers overrides -workers when positive (serial: 1).
 	workers int
 	// opts returns the txretry options of one run (kindTxretry), after
-	// WithIsolation(sql.LevelSerializable); called once per run, so that
+	// WithIsolation(the conn's isolation); called once per run, so that
 	// options holding state (managers, budgets) start fresh. nil: none.
 	opts func() ([]txretry.Option, error)
 	// loop is the policy of a hand-written loop (kindLoop).
@@ -115,7 +114,7 @@ func newWorker(idx int, c conn, wl *workloadRun, r *runner, runOpts []txretry.Op
 	switch r.kind {
 	case kindTxretry:
 		w.opts = make([]txretry.Option, 0, len(runOpts)+2)
-		w.opts = append(w.opts, txretry.WithIsolation(sql.LevelSerializable))
+		w.opts = append(w.opts, txretry.WithIsolation(c.isolation()))
 		w.opts = append(w.opts, runOpts...)
 		w.opts = append(w.opts, txretry.WithObserver(txretry.ObserverFunc(w.observe)))
 	case kindLoop:

@@ -218,7 +218,7 @@ func runChild(ctx context.Context, specJSON string, stdin io.Reader, stdout io.W
 		return err
 	}
 	defer c.close()
-	wl := newWorkloadRun(ws, ds.dialect, spec.Total, spec.Seed)
+	wl := newWorkloadRun(ws, ds, spec.Total, spec.Seed)
 	in := bufio.NewReader(stdin)
 	ready := func() error {
 		if _, err := io.WriteString(stdout, "ready\n"); err != nil {

@@ -197,8 +197,8 @@ func TestRebindAndSeed(t *testing.T) {
 }
 
 func TestTransfersAreReproducible(t *testing.T) {
-	a := newWorkloadRun(allWorkloads[1], dialectPG, 3, 7)
-	b := newWorkloadRun(allWorkloads[1], dialectMySQL, 3, 7)
+	a := newWorkloadRun(allWorkloads[1], allDrivers[0], 3, 7)
+	b := newWorkloadRun(allWorkloads[1], allDrivers[1], 3, 7)
 	for w := range 3 {
 		for seq := range ringSize + 2 {
 			ta, oka := a.transferOf(callID(w, seq))
@@ -210,6 +210,19 @@ func TestTransfersAreReproducible(t *testing.T) {
 	}
 	if _, ok := a.transferOf(callID(3, 0)); ok {
 		t.Error("transferOf accepted a call of a worker that does not exist")
+	}
+}
+
+// TiDB's workloads read with locking reads (see driverSpec.lockingReads),
+// the others with plain ones.
+func TestTiDBWorkloadsLockTheirReads(t *testing.T) {
+	for _, ws := range allWorkloads {
+		for _, ds := range allDrivers {
+			w := newWorkloadRun(ws, ds, 2, 1)
+			if got := strings.HasSuffix(w.sel, " FOR UPDATE"); got != (ds.name == driverTiDB) {
+				t.Errorf("%s on %s: read %q", ws.name, ds.name, w.sel)
+			}
+		}
 	}
 }
 
@@ -374,6 +387,13 @@ func TestParseFlags(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-driver", "mysql"}, func(string) string { return "" }, io.Discard); !errors.Is(err, errUsage) || !strings.Contains(err.Error(), envMySQLDSN) {
 		t.Errorf("missing DSN: %v", err)
+	}
+	if _, err := parseFlags([]string{"-driver", "tidb"}, getenv, io.Discard); !errors.Is(err, errUsage) || !strings.Contains(err.Error(), envTiDBDSN) {
+		t.Errorf("missing TiDB DSN: %v", err)
+	}
+	env[envTiDBDSN] = "root@tcp(t)/test"
+	if cfg, err := parseFlags([]string{"-driver", "tidb,mysql"}, getenv, io.Discard); err != nil || cfg.dsn(cfg.drivers[0]) != env[envTiDBDSN] || cfg.dsn(cfg.drivers[1]) != env[envMySQLDSN] {
+		t.Errorf("tidb driver: %v", err)
 	}
 	if _, err := parseFlags([]string{"-h"}, getenv, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v", err)

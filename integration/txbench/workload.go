@@ -61,14 +61,19 @@ func rebind(d dialect, q string) string {
 	return q
 }
 
-// newWorkloadRun prepares spec for a run of workers workers on dialect d. The
+// newWorkloadRun prepares spec for a run of workers workers on driver ds. The
 // transfers of worker w depend only on seed and w, so every runner of a repeat
 // gets the same ones.
-func newWorkloadRun(spec workloadSpec, d dialect, workers int, seed uint64) *workloadRun {
+func newWorkloadRun(spec workloadSpec, ds driverSpec, workers int, seed uint64) *workloadRun {
+	d := ds.dialect
 	w := &workloadRun{spec: spec}
+	lock := ""
+	if ds.lockingReads {
+		lock = " FOR UPDATE"
+	}
 	if spec.accounts == 0 {
 		w.acct, w.log = "txbench_hot", "txbench_hot_log"
-		w.sel = "SELECT v FROM txbench_hot WHERE id = 1"
+		w.sel = "SELECT v FROM txbench_hot WHERE id = 1" + lock
 		w.upd = rebind(d, "UPDATE txbench_hot SET v = $1 WHERE id = 1")
 		w.ins = rebind(d, "INSERT INTO txbench_hot_log (call_id) VALUES ($1)")
 		w.reset = []string{
@@ -81,7 +86,7 @@ func newWorkloadRun(spec workloadSpec, d dialect, workers int, seed uint64) *wor
 	}
 	w.acct = "txbench_" + spec.name + "_acct"
 	w.log = "txbench_" + spec.name + "_log"
-	w.sel = rebind(d, "SELECT balance FROM "+w.acct+" WHERE id = $1")
+	w.sel = rebind(d, "SELECT balance FROM "+w.acct+" WHERE id = $1"+lock)
 	w.upd = rebind(d, "UPDATE "+w.acct+" SET balance = $1 WHERE id = $2")
 	w.ins = rebind(d, "INSERT INTO "+w.log+" (call_id, src, dst, amount) VALUES ($1, $2, $3, $4)")
 	w.reset = []string{

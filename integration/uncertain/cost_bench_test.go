@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txretry/txretry/integration/internal/dbtest"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/pgxretry"
 )
@@ -18,7 +18,7 @@ import (
 // UPDATE of a random row among 1,000), pgx native, one caller: compare
 // ns/op of the sub-benchmarks. The target for xact-status is at most 5%.
 func BenchmarkVerifierCost(b *testing.B) {
-	dsn := dbtest.Postgres(b)
+	dsn := dbservertest.Postgres(b)
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		b.Fatal(err)

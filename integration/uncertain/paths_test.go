@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/txretry/txretry/integration/internal/dbtest"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/integration/internal/faultproxy"
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/pgxretry"
@@ -64,7 +64,7 @@ func startProxy(t *testing.T, upstream string, proto faultproxy.Protocol) *fault
 
 func pgSetup(t *testing.T) (dsn string, direct *sql.DB, proxy *faultproxy.Proxy, proxied *pgx.ConnConfig) {
 	t.Helper()
-	dsn = dbtest.Postgres(t)
+	dsn = dbservertest.Postgres(t)
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +126,7 @@ func pgxStdlib(t *testing.T) *path {
 
 func mysqlPath(t *testing.T) *path {
 	t.Helper()
-	dsn := dbtest.MySQL(t)
+	dsn := dbservertest.MySQL(t)
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		t.Fatal(err)

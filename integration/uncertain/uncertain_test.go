@@ -16,7 +16,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/goleak"
 
-	"github.com/txretry/txretry/integration/internal/dbtest"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/integration/internal/faultproxy"
 	"github.com/txretry/txretry/txretry"
 )
@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	// go-sql-driver logs every broken connection; the faults are on purpose.
 	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
-	dbtest.Main(m)
+	dbservertest.Main(m)
 }
 
 // noLeaks registers, first so that it runs last, a check that the test left

@@ -48,7 +48,9 @@
 //
 //   - txretry.calls counts finished calls; txretry.outcome is "committed",
 //     "permanent_error", "exhausted" (retries ran out), "uncertain" (the
-//     commit's outcome is unknown), "cancelled" or "panicked".
+//     commit's outcome is unknown), "cancelled", "panicked" or
+//     "already_committed" (the idempotency key was committed before; not
+//     an error on the span).
 //   - txretry.call.attempts records the attempts of each call, the first one
 //     included (1 for a first-try success).
 //   - txretry.call.duration records each call's duration, attempts and

@@ -315,7 +315,7 @@ func (o *Observer) callFinished(ctx context.Context, e txretry.Event) {
 	defer c.mu.Unlock()
 	c.span.SetAttributes(OutcomeKey.String(e.Outcome.String()), AttemptsKey.Int(e.Attempts),
 		WaitedKey.Float64(e.Waited.Seconds()), QueuedKey.Float64(e.Queued.Seconds()))
-	if e.Outcome != txretry.Committed {
+	if e.Outcome != txretry.Committed && e.Outcome != txretry.AlreadyCommitted {
 		// The last failure explains an exhausted, failed or uncertain call,
 		// not a cancelled or panicked one.
 		errType := e.Outcome.String()

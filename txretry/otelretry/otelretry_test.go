@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
@@ -584,5 +585,25 @@ func TestNewObserverGlobalProviders(t *testing.T) {
 	defer db.Close()
 	if err := txretry.RunInTx(context.Background(), db, debit, txretry.WithObserver(obs)); err != nil {
 		t.Fatalf("RunInTx: %v", err)
+	}
+}
+
+// A call answered by its idempotency key is not an error on its span, and
+// counts under its own outcome.
+func TestAlreadyCommittedIsNoError(t *testing.T) {
+	h := newHarness(t)
+	ctx := h.obs.StartCall(context.Background(), "pay")
+	for _, e := range []txretry.Event{
+		{Kind: txretry.AttemptStarted, Label: "pay", Attempt: 1},
+		{Kind: txretry.CallFinished, Label: "pay", Outcome: txretry.AlreadyCommitted, Attempts: 1},
+	} {
+		h.obs.Observe(ctx, e)
+	}
+	diff(t, "spans", h.spanLines(), []string{
+		`txretry pay Unset "" {db.operation.name=pay,txretry.attempts=1,txretry.outcome=already_committed,txretry.queued=0,txretry.waited=0}`,
+		`  txretry.attempt.started {txretry.attempt=1,txretry.queued=0}`,
+	})
+	if got := h.counter(t, "txretry.calls", attribute.String("txretry.outcome", "already_committed")); got != 1 {
+		t.Errorf("calls with outcome already_committed = %d, want 1", got)
 	}
 }

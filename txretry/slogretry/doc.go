@@ -31,7 +31,8 @@
 //   - "txretry: call finished": a call that made more than one attempt, ran
 //     out of retries, ended with an uncertain commit or was cancelled between
 //     attempts. Attributes: outcome ("committed", "permanent_error",
-//     "exhausted", "uncertain", "cancelled", "panicked"), attempts, duration
+//     "exhausted", "uncertain", "cancelled", "panicked",
+//     "already_committed"), attempts, duration
 //     (of the whole call), waited (time spent in backoff waits between
 //     attempts), queued (time spent waiting for the contention manager's
 //     admission; with the contention manager on, the default, its queue

@@ -12,20 +12,20 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
+	"github.com/txretry/txretry/integration/dbserver"
 )
 
 // Engines maps the value of a -db flag to engines: "all" to PostgreSQL and
 // MySQL, "postgres" or "mysql" to that one. Any other value is an error that
 // names the flag.
-func Engines(db string) ([]dbconn.Engine, error) {
+func Engines(db string) ([]dbserver.Engine, error) {
 	switch db {
 	case "all":
-		return []dbconn.Engine{dbconn.Postgres, dbconn.MySQL}, nil
+		return []dbserver.Engine{dbserver.Postgres, dbserver.MySQL}, nil
 	case "postgres":
-		return []dbconn.Engine{dbconn.Postgres}, nil
+		return []dbserver.Engine{dbserver.Postgres}, nil
 	case "mysql":
-		return []dbconn.Engine{dbconn.MySQL}, nil
+		return []dbserver.Engine{dbserver.MySQL}, nil
 	default:
 		return nil, fmt.Errorf("-db %q: want all, postgres or mysql", db)
 	}
@@ -54,26 +54,12 @@ func UsageStatus(name string, err error, stderr io.Writer) int {
 	return 2
 }
 
-// Misconfigured reports whether findErr, the error of dbconn.FindAll, says
+// Misconfigured reports whether findErr, the error of dbserver.FindAll, says
 // more than that a server is absent: a DSN that is set but whose server does
 // not answer, a bad flavor, or an error that is not a
-// *dbconn.UnavailableError. A program fails then, while it runs on the
+// *dbserver.UnavailableError. A program fails then, while it runs on the
 // servers it found when the others are merely absent.
-func Misconfigured(findErr error) bool {
-	errs := []error{findErr}
-	if j, ok := findErr.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
-	for _, err := range errs {
-		if err == nil {
-			continue
-		}
-		if ue, _ := errors.AsType[*dbconn.UnavailableError](err); ue == nil || ue.Configured {
-			return true
-		}
-	}
-	return false
-}
+func Misconfigured(findErr error) bool { return dbserver.Misconfigured(findErr) }
 
 // Program is an example program's run, as its frame sees it.
 type Program struct {
@@ -81,26 +67,26 @@ type Program struct {
 	// Stderr.
 	Name string
 	// Engines are the engines Run looks for a server of.
-	Engines []dbconn.Engine
+	Engines []dbserver.Engine
 	// Timeout bounds the run once the servers are found (finding them,
-	// which may start containers, is bounded by dbconn.ContainerTimeout).
+	// which may start containers, is bounded by dbserver.ContainerTimeout).
 	Timeout time.Duration
 	// Stdout receives EachServer's verdict.
 	Stdout io.Writer
-	// Stderr receives the errors of terminating containers.
+	// Stderr receives the errors of stopping servers.
 	Stderr io.Writer
 }
 
-// Run finds a server of each of p.Engines (dbconn.FindAll: servers holds
+// Run finds a server of each of p.Engines (dbserver.FindAll: servers holds
 // those found, in the order of p.Engines; findErr joins a
-// *dbconn.UnavailableError for each engine without one) and returns body's
+// *dbserver.UnavailableError for each engine without one) and returns body's
 // exit status. body's context ends on SIGINT or SIGTERM and after p.Timeout.
-// When body returns, Run terminates the containers it started.
-func (p Program) Run(body func(ctx context.Context, servers []*dbconn.Server, findErr error) int) int {
+// When body returns, Run stops the servers it started (containers, throwaway servers).
+func (p Program) Run(body func(ctx context.Context, servers []*dbserver.Server, findErr error) int) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	servers, findErr := dbconn.FindAll(ctx, p.Engines...)
+	servers, findErr := dbserver.FindAll(ctx, p.Engines...)
 	defer func() {
 		for _, s := range servers {
 			if err := s.Close(); err != nil {
@@ -110,7 +96,7 @@ func (p Program) Run(body func(ctx context.Context, servers []*dbconn.Server, fi
 	}()
 
 	// The program's own bound starts once the servers are there: pulling
-	// and starting containers is bounded by dbconn.ContainerTimeout.
+	// and starting containers is bounded by dbserver.ContainerTimeout.
 	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
 	defer cancel()
 	return body(ctx, servers, findErr)
@@ -122,15 +108,15 @@ func (p Program) Run(body func(ctx context.Context, servers []*dbconn.Server, fi
 // (then a blank line) for each server fn fails on, and "ok" if all went well.
 // It returns 1 if no server was found, one was misconfigured (see
 // Misconfigured) or fn failed, else 0.
-func (p Program) EachServer(fn func(ctx context.Context, srv *dbconn.Server) error) int {
-	return p.Run(func(ctx context.Context, servers []*dbconn.Server, findErr error) int {
+func (p Program) EachServer(fn func(ctx context.Context, srv *dbserver.Server) error) int {
+	return p.Run(func(ctx context.Context, servers []*dbserver.Server, findErr error) int {
 		return eachServer(ctx, p.Stdout, servers, findErr, fn)
 	})
 }
 
 // eachServer is EachServer's body.
-func eachServer(ctx context.Context, w io.Writer, servers []*dbconn.Server, findErr error,
-	fn func(ctx context.Context, srv *dbconn.Server) error) int {
+func eachServer(ctx context.Context, w io.Writer, servers []*dbserver.Server, findErr error,
+	fn func(ctx context.Context, srv *dbserver.Server) error) int {
 	if findErr != nil {
 		fmt.Fprintf(w, "%v\n\n", findErr)
 	}

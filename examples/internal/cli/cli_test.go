@@ -14,21 +14,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txretry/txretry/examples/internal/dbconn"
-	"github.com/txretry/txretry/examples/internal/dbconntest"
+	"github.com/txretry/txretry/integration/dbserver"
+	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 )
 
-func TestMain(m *testing.M) { dbconntest.Main(m) }
+func TestMain(m *testing.M) { dbservertest.Main(m) }
 
 func TestEngines(t *testing.T) {
 	tests := []struct {
 		db      string
-		want    []dbconn.Engine
+		want    []dbserver.Engine
 		wantErr string
 	}{
-		{"all", []dbconn.Engine{dbconn.Postgres, dbconn.MySQL}, ""},
-		{"postgres", []dbconn.Engine{dbconn.Postgres}, ""},
-		{"mysql", []dbconn.Engine{dbconn.MySQL}, ""},
+		{"all", []dbserver.Engine{dbserver.Postgres, dbserver.MySQL}, ""},
+		{"postgres", []dbserver.Engine{dbserver.Postgres}, ""},
+		{"mysql", []dbserver.Engine{dbserver.MySQL}, ""},
 		{"oracle", nil, `-db "oracle": want all, postgres or mysql`},
 		{"", nil, `-db "": want all, postgres or mysql`},
 	}
@@ -86,11 +86,11 @@ func TestUsageStatus(t *testing.T) {
 	}
 }
 
-// Errors of dbconn.FindAll, for the tests.
+// Errors of dbserver.FindAll, for the tests.
 var (
-	absentPG    = &dbconn.UnavailableError{Engine: dbconn.Postgres, Err: errors.New("TXRETRY_PG_DSN is not set")}
-	absentMySQL = &dbconn.UnavailableError{Engine: dbconn.MySQL, Err: errors.New("TXRETRY_MYSQL_DSN is not set")}
-	brokenMySQL = &dbconn.UnavailableError{Engine: dbconn.MySQL, Configured: true, Err: errors.New("no answer")}
+	absentPG    = &dbserver.UnavailableError{Engine: dbserver.Postgres, Err: errors.New("TXRETRY_PG_DSN is not set")}
+	absentMySQL = &dbserver.UnavailableError{Engine: dbserver.MySQL, Err: errors.New("TXRETRY_MYSQL_DSN is not set")}
+	brokenMySQL = &dbserver.UnavailableError{Engine: dbserver.MySQL, Configured: true, Err: errors.New("no answer")}
 )
 
 func TestMisconfigured(t *testing.T) {
@@ -118,26 +118,26 @@ func TestMisconfigured(t *testing.T) {
 // TestEachServerVerdict checks EachServer's output and exit status, with
 // servers that fn does not connect to.
 func TestEachServerVerdict(t *testing.T) {
-	pg := &dbconn.Server{Engine: dbconn.Postgres, Version: "17.0", Source: "test"}
-	my := &dbconn.Server{Engine: dbconn.MySQL, Version: "8.4.0", Source: "test"}
+	pg := &dbserver.Server{Engine: dbserver.Postgres, Version: "17.0", Source: "test"}
+	my := &dbserver.Server{Engine: dbserver.MySQL, Version: "8.4.0", Source: "test"}
 	tests := []struct {
 		name     string
-		servers  []*dbconn.Server
+		servers  []*dbserver.Server
 		findErr  error
-		failOn   dbconn.Engine
+		failOn   dbserver.Engine
 		want     string
 		wantCode int
 	}{
 		{
-			name: "all run", servers: []*dbconn.Server{pg, my},
+			name: "all run", servers: []*dbserver.Server{pg, my},
 			want: "ran on PostgreSQL 17.0 (test)\nran on MySQL 8.4.0 (test)\nok\n",
 		},
 		{
-			name: "one absent", servers: []*dbconn.Server{pg}, findErr: errors.Join(absentMySQL),
+			name: "one absent", servers: []*dbserver.Server{pg}, findErr: errors.Join(absentMySQL),
 			want: absentMySQL.Error() + "\n\nran on PostgreSQL 17.0 (test)\nok\n",
 		},
 		{
-			name: "one misconfigured", servers: []*dbconn.Server{pg}, findErr: errors.Join(brokenMySQL),
+			name: "one misconfigured", servers: []*dbserver.Server{pg}, findErr: errors.Join(brokenMySQL),
 			want: brokenMySQL.Error() + "\n\nran on PostgreSQL 17.0 (test)\n", wantCode: 1,
 		},
 		{
@@ -145,14 +145,14 @@ func TestEachServerVerdict(t *testing.T) {
 			want: absentPG.Error() + "\n" + absentMySQL.Error() + "\n\nFAIL: no database reachable\n", wantCode: 1,
 		},
 		{
-			name: "fn fails on one", servers: []*dbconn.Server{pg, my}, failOn: dbconn.MySQL,
+			name: "fn fails on one", servers: []*dbserver.Server{pg, my}, failOn: dbserver.MySQL,
 			want: "ran on PostgreSQL 17.0 (test)\nran on MySQL 8.4.0 (test)\n  FAIL: boom\n\n", wantCode: 1,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			code := eachServer(context.Background(), &out, tt.servers, tt.findErr, func(_ context.Context, srv *dbconn.Server) error {
+			code := eachServer(context.Background(), &out, tt.servers, tt.findErr, func(_ context.Context, srv *dbserver.Server) error {
 				fmt.Fprintf(&out, "ran on %s\n", srv)
 				if srv.Engine == tt.failOn {
 					return errors.New("boom")
@@ -170,7 +170,7 @@ func TestEachServerVerdict(t *testing.T) {
 // a context bounded by Timeout, and Run returns body's status.
 func TestRunBoundsBody(t *testing.T) {
 	p := Program{Name: "prog", Timeout: time.Hour, Stdout: io.Discard, Stderr: io.Discard}
-	code := p.Run(func(ctx context.Context, servers []*dbconn.Server, findErr error) int {
+	code := p.Run(func(ctx context.Context, servers []*dbserver.Server, findErr error) int {
 		deadline, ok := ctx.Deadline()
 		if left := time.Until(deadline); !ok || left > time.Hour || left < 59*time.Minute {
 			t.Errorf("context deadline in %v (set %v), want in an hour", left, ok)
@@ -186,13 +186,14 @@ func TestRunBoundsBody(t *testing.T) {
 }
 
 // TestRunFindsServer runs the frame as a program does, on the PostgreSQL
-// server of the environment.
+// server of the test, found through TXRETRY_PG_DSN.
 func TestRunFindsServer(t *testing.T) {
-	srv := dbconntest.EnvServer(t, dbconn.Postgres)
+	srv := dbservertest.EnvServer(t, dbserver.Postgres)
 	var stdout, stderr bytes.Buffer
-	p := Program{Name: "prog", Engines: []dbconn.Engine{dbconn.Postgres}, Timeout: time.Minute, Stdout: &stdout, Stderr: &stderr}
-	code := p.EachServer(func(ctx context.Context, got *dbconn.Server) error {
-		if got.Engine != dbconn.Postgres || got.Source != srv.Source || got.Version != srv.Version {
+	p := Program{Name: "prog", Engines: []dbserver.Engine{dbserver.Postgres}, Timeout: time.Minute, Stdout: &stdout, Stderr: &stderr}
+	code := p.EachServer(func(ctx context.Context, got *dbserver.Server) error {
+		// EnvServer put the test's server into TXRETRY_PG_DSN.
+		if got.Engine != dbserver.Postgres || got.Source != dbserver.EnvPGDSN || got.DSN != srv.DSN || got.Version != srv.Version {
 			t.Errorf("server %v, want %v", got, srv)
 		}
 		return ctx.Err()

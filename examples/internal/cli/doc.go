@@ -5,9 +5,9 @@
 //   - [Engines] maps the -db flag (all, postgres or mysql) to engines, and
 //     [Parse] parses a command line that takes flags only;
 //   - [UsageStatus] turns a rejected command line into the exit status;
-//   - [Program.Run] finds the servers through package dbconn, runs the
+//   - [Program.Run] finds the servers through package dbserver (integration module), runs the
 //     program under a context that ends on SIGINT or SIGTERM or after the
-//     program's -timeout, and terminates the containers it started;
+//     program's -timeout, and stops the servers it started;
 //   - [Program.EachServer] is Run for a program that does the same on every
 //     server found and prints one verdict;
 //   - [SyncWriter] serializes the output that concurrent workers share.

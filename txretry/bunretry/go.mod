@@ -1,0 +1,23 @@
+module github.com/txretry/txretry/txretry/bunretry
+
+go 1.25.0
+
+replace github.com/txretry/txretry => ../../
+
+require (
+	github.com/txretry/txretry v0.0.0-00010101000000-000000000000
+	github.com/uptrace/bun v1.3.0
+	github.com/uptrace/bun/dialect/pgdialect v1.3.0
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
+	github.com/jinzhu/inflection v1.0.0 // indirect
+	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
+	github.com/tmthrgd/go-hex v0.0.0-20190904060850-447a3041c3bc // indirect
+	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
+	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
+	golang.org/x/sys v0.41.0 // indirect
+)

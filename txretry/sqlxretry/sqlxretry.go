@@ -1,0 +1,47 @@
+package sqlxretry
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/txretry/txretry/txretry"
+)
+
+// RunInTx runs fn in a transaction on db and commits it, re-running the
+// whole transaction when the database reports a serialization failure or a
+// deadlock, with the semantics and options of txretry.RunInTx. fn must not
+// commit or roll back tx itself (txretry.ErrTxEndedByFn). A nil db or fn
+// returns txretry.ErrInvalidOption.
+func RunInTx(ctx context.Context, db *sqlx.DB, fn func(ctx context.Context, tx *sqlx.Tx) error, opts ...txretry.Option) error {
+	if db == nil || db.DB == nil {
+		return fmt.Errorf("%w: nil *sqlx.DB", txretry.ErrInvalidOption)
+	}
+	if fn == nil {
+		return fmt.Errorf("%w: nil fn", txretry.ErrInvalidOption)
+	}
+	return txretry.Run(ctx, adapter{db: db, fn: fn}, opts...)
+}
+
+// adapter runs sqlx transactions in txretry's engine. Its Handle gives
+// each pool its default contention manager and lets nested calls join.
+type adapter struct {
+	db *sqlx.DB
+	fn func(ctx context.Context, tx *sqlx.Tx) error
+}
+
+func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*txretry.SQLTx[*sqlx.Tx], error) {
+	return txretry.BeginSQL(ctx, func(ctx context.Context) (*sqlx.Tx, error) {
+		return a.db.BeginTxx(ctx, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
+	})
+}
+
+func (a adapter) Call(ctx context.Context, tx *txretry.SQLTx[*sqlx.Tx]) error {
+	return a.fn(ctx, tx.Tx)
+}
+
+// Handle is the *sql.DB under db: the same for db and its copies
+// (Unsafe, or another sqlx.NewDb on the pool), which share one pool.
+func (a adapter) Handle() any { return a.db.DB }
