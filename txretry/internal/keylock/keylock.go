@@ -211,9 +211,6 @@ func LostError(base error, held, took int) error {
 	return fmt.Errorf("%w: %w (released %d of %d locks)", base, ErrNotSession, held, took)
 }
 
-// IsNotSession reports an error of ErrNotSession.
-func IsNotSession(err error) bool { return errors.Is(err, ErrNotSession) }
-
 // Conn is an attempt's connection as the locks use it.
 type Conn interface {
 	// Row runs a statement returning one row of two integers; a NULL
