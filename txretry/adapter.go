@@ -68,6 +68,23 @@ type Tx interface {
 //
 // rejects options the adapter cannot honour, before any attempt; Run
 // returns its error.
+//
+//	BeginLocked(ctx context.Context, opts TxOptions, keys []string) (T, error)
+//
+// begins like Begin after taking one database lock per key on the
+// connection the transaction then runs on (WithDatabaseKeyLocks; keys come
+// sorted and without duplicates). The locks must be taken before BEGIN,
+// waiting no longer than ctx, and released on the same connection when the
+// transaction's Commit or Rollback has ended it, whatever either returns;
+// a failed BeginLocked releases what it took. A call with
+// WithDatabaseKeyLocks on an adapter without the method fails with
+// ErrInvalidOption before any attempt.
+//
+//	CheckKeyLocks() error
+//
+// rejects WithDatabaseKeyLocks before any attempt when the handle cannot
+// take database locks (an unknown driver, a handle that is not a pool or a
+// connection); Run returns its error.
 type Adapter[T Tx] interface {
 	// Begin starts one attempt's transaction. ctx is the caller's: BEGIN
 	// must end with it, the transaction must not (Run commits after ctx
@@ -123,6 +140,10 @@ type adapter interface {
 	manager() (*ContentionManager, bool)
 	singleConn() bool
 	check(TxOptions) error
+	// beginLocked begins after taking database locks on keys; ok is false
+	// when the adapter has no BeginLocked method.
+	beginLocked(ctx context.Context, opts TxOptions, keys []string) (tx Tx, ok bool, err error)
+	checkKeyLocks() error
 }
 
 type typed[T Tx] struct{ a Adapter[T] }
@@ -170,6 +191,36 @@ func (t typed[T]) singleConn() bool {
 func (t typed[T]) check(o TxOptions) error {
 	if c, ok := t.a.(interface{ CheckTxOptions(TxOptions) error }); ok {
 		return c.CheckTxOptions(o)
+	}
+	return nil
+}
+
+// keyLocker is an Adapter's optional BeginLocked method.
+type keyLocker[T Tx] interface {
+	BeginLocked(ctx context.Context, opts TxOptions, keys []string) (T, error)
+}
+
+func (t typed[T]) beginLocked(ctx context.Context, opts TxOptions, keys []string) (Tx, bool, error) {
+	l, ok := t.a.(keyLocker[T])
+	if !ok {
+		return nil, false, nil
+	}
+	tx, err := l.BeginLocked(ctx, opts, keys)
+	if err != nil {
+		return nil, true, err
+	}
+	if isNil(tx) {
+		return nil, true, fmt.Errorf("%w: %T.BeginLocked returned a nil transaction", ErrInvalidOption, t.a)
+	}
+	return tx, true, nil
+}
+
+func (t typed[T]) checkKeyLocks() error {
+	if _, ok := t.a.(keyLocker[T]); !ok {
+		return fmt.Errorf("%w: WithDatabaseKeyLocks: the adapter (%T) cannot take database locks (it has no BeginLocked method)", ErrInvalidOption, t.a)
+	}
+	if c, ok := t.a.(interface{ CheckKeyLocks() error }); ok {
+		return c.CheckKeyLocks()
 	}
 	return nil
 }

@@ -54,7 +54,9 @@
 // arrival order instead of colliding, retries wait in that queue, and
 // calls that wait for each other are not held back until their deadlines.
 // WithContentionKeys replaces the gate for a call by the keys it names:
-// calls that share a key take turns, others run at once. Without a manager
+// calls that share a key take turns, others run at once; with
+// WithDatabaseKeyLocks (off by default) the keys are also locked in the
+// database, so that calls of other processes take turns too. Without a manager
 // (WithoutContentionManager), or with an explicit WithBackoff, RunInTx
 // sleeps according to the Backoff (default: full jitter over an exponential
 // delay from 2 ms, capped at 250 ms). A RetryBudget (WithRetryBudget, off by

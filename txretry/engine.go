@@ -85,7 +85,12 @@ func enter(ctx context.Context, a adapter, opts []Option) error {
 		return err
 	}
 	if nested {
-		return a.join(ctx, outer.tx)
+		return a.join(ctx, outer.tx) // takes no keys, so no database locks
+	}
+	if cfg.dbLocks {
+		if err := a.checkKeyLocks(); err != nil {
+			return err
+		}
 	}
 	cm, err := managerOf(a, cfg, h)
 	if err != nil {
@@ -435,7 +440,7 @@ func (c *call) attempt(ctx context.Context, n int, queued time.Duration) (res re
 // transaction runs one transaction: BEGIN, fn, COMMIT or ROLLBACK.
 func (c *call) transaction(ctx context.Context, n int) result {
 	cfg := c.cfg
-	tx, err := c.a.begin(ctx, cfg.txOpts)
+	tx, err := c.begin(ctx)
 	if err != nil {
 		return c.classify(err)
 	}
@@ -492,6 +497,25 @@ func (c *call) transaction(ctx context.Context, n int) result {
 		return result{kind: resUncertain, err: err, state: state}
 	}
 	return c.classify(err)
+}
+
+// begin begins the attempt's transaction, after taking the keys'
+// database locks with WithDatabaseKeyLocks: their wait ends at the
+// deadline or time budget, like the wait for the keys inside the process.
+func (c *call) begin(ctx context.Context) (Tx, error) {
+	if !c.cfg.dbLocks {
+		return c.a.begin(ctx, c.cfg.txOpts)
+	}
+	if !c.deadline.IsZero() {
+		lctx, cancel := context.WithTimeout(ctx, c.deadline.Sub(c.cfg.clock.Now()))
+		defer cancel()
+		ctx = lctx
+	}
+	tx, ok, err := c.a.beginLocked(ctx, c.cfg.txOpts, c.cfg.keys)
+	if !ok {
+		return nil, fmt.Errorf("%w: WithDatabaseKeyLocks: the adapter cannot take database locks", ErrInvalidOption)
+	}
+	return tx, err
 }
 
 func (c *call) classify(err error) result {

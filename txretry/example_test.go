@@ -112,18 +112,37 @@ func ExampleWithContentionKeys() {
 	defer db.Close()
 
 	transfer := func(ctx context.Context, from, to int, amount int64) error {
-		return txretry.RunInTx(ctx, db, func(ctx context.Context, tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2", amount, from); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, to)
-			return err
-		}, txretry.WithIsolation(sql.LevelSerializable),
+		return txretry.RunInTx(ctx, db, moveMoney(from, to, amount), txretry.WithIsolation(sql.LevelSerializable),
 			txretry.WithContentionKeys(fmt.Sprint("account:", from), fmt.Sprint("account:", to)))
 	}
 	fmt.Println(transfer(context.Background(), 1, 2, 10))
 	// Output:
 	// <nil>
+}
+
+// Replicas of a service, each with its own pool and contention manager,
+// take turns on the accounts of a transfer through locks held by the
+// database. db must reach the server directly (not through PgBouncer) with
+// pgx's stdlib driver, lib/pq or go-sql-driver/mysql.
+func ExampleWithDatabaseKeyLocks() {
+	var db *sql.DB // sql.Open("pgx", dsn)
+	transfer := func(ctx context.Context, from, to int, amount int64) error {
+		return txretry.RunInTx(ctx, db, moveMoney(from, to, amount), txretry.WithIsolation(sql.LevelSerializable),
+			txretry.WithContentionKeys(fmt.Sprint("account:", from), fmt.Sprint("account:", to)),
+			txretry.WithDatabaseKeyLocks())
+	}
+	_ = transfer
+}
+
+// moveMoney is the transaction of a transfer, for the examples.
+func moveMoney(from, to int, amount int64) func(ctx context.Context, tx *sql.Tx) error {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2", amount, from); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, to)
+		return err
+	}
 }
 
 // store is a user's own transactional store: a counter whose transactions

@@ -50,6 +50,7 @@ type config struct {
 	cm             *ContentionManager
 	cmSet          bool     // cm was chosen by an option (nil: off)
 	keys           []string // WithContentionKeys: sorted, without duplicates
+	dbLocks        bool     // WithDatabaseKeyLocks
 	budgetShared   *RetryBudget
 }
 
@@ -90,6 +91,9 @@ func resolve(c *config, opts []Option) error {
 	}
 	if len(c.keys) > 0 && c.cmSet && c.cm == nil {
 		c.fail("WithContentionKeys with WithoutContentionManager: the keys are held in a contention manager")
+	}
+	if c.dbLocks && len(c.keys) == 0 {
+		c.fail("WithDatabaseKeyLocks without WithContentionKeys: it locks the call's keys, and there are none")
 	}
 	return c.err
 }

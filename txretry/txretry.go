@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/txretry/txretry/txretry/internal/keylock"
 )
 
 // DB begins database/sql transactions: *sql.DB and *sql.Conn satisfy it.
@@ -95,6 +97,7 @@ type SQLTransaction interface {
 type SQLTx[T SQLTransaction] struct {
 	Tx     T
 	cancel context.CancelFunc
+	locks  *keylock.Locks // WithDatabaseKeyLocks: released once the transaction ended
 }
 
 // BeginSQL begins a transaction with begin, which must begin it on the
@@ -137,8 +140,9 @@ func (t *SQLTx[T]) bounded(timeout time.Duration, f func() error) error {
 // committed is marked with NotCommitted: sql.ErrTxDone (fn ended the
 // transaction itself, reported as ErrTxEndedByFn) and pgx's
 // ErrTxCommitRollback through its stdlib driver.
-func (t *SQLTx[T]) Commit(_ context.Context, timeout time.Duration) error {
+func (t *SQLTx[T]) Commit(ctx context.Context, timeout time.Duration) error {
 	err := t.bounded(timeout, t.Tx.Commit)
+	t.unlock(ctx, timeout)
 	switch {
 	case errors.Is(err, sql.ErrTxDone):
 		return NotCommitted(fmt.Errorf("%w: %w", ErrTxEndedByFn, err))
@@ -156,8 +160,20 @@ func (t *SQLTx[T]) Commit(_ context.Context, timeout time.Duration) error {
 const pgxCommitRollbackMsg = "commit unexpectedly resulted in rollback"
 
 // Rollback rolls back within timeout.
-func (t *SQLTx[T]) Rollback(_ context.Context, timeout time.Duration) error {
-	return t.bounded(timeout, t.Tx.Rollback)
+func (t *SQLTx[T]) Rollback(ctx context.Context, timeout time.Duration) error {
+	err := t.bounded(timeout, t.Tx.Rollback)
+	t.unlock(ctx, timeout)
+	return err
+}
+
+// unlock releases the attempt's database locks, once. A release that finds
+// them gone does not change the transaction's outcome: the lock statement,
+// or the session check after BEGIN, is where a pooler shows.
+func (t *SQLTx[T]) unlock(ctx context.Context, timeout time.Duration) {
+	if t.locks != nil {
+		_ = t.locks.Release(ctx, timeout)
+		t.locks = nil
+	}
 }
 
 // Exec runs query, which has no arguments.

@@ -3,7 +3,7 @@
 // cluster (certification failures reported as deadlocks, nodes leaving,
 // commits lost on a dying node, the commit-marker verifier on another node),
 // PgBouncer in transaction pooling mode (pgx query modes, both built-in
-// verifiers through the pooler) and TiDB (pessimistic deadlocks, optimistic
+// verifiers through the pooler, WithDatabaseKeyLocks refused) and TiDB (pessimistic deadlocks, optimistic
 // conflicts and schema changes at COMMIT, lost commits, the commit-marker
 // verifier in both transaction modes).
 //

@@ -119,6 +119,12 @@ func (b *bouncer) balances(t *testing.T) []int64 {
 // count returns the number of rows of table, read directly.
 func (b *bouncer) count(t *testing.T, table string) int {
 	t.Helper()
+	return b.scalar(t, "SELECT count(*) FROM "+table)
+}
+
+// scalar returns the integer query returns, read directly from the server.
+func (b *bouncer) scalar(t *testing.T, query string) int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, b.direct)
@@ -127,8 +133,8 @@ func (b *bouncer) count(t *testing.T, table string) int {
 	}
 	defer conn.Close(ctx)
 	var n int
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-		t.Fatalf("count %s: %v", table, err)
+	if err := conn.QueryRow(ctx, query).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
 	}
 	return n
 }

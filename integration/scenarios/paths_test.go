@@ -310,8 +310,11 @@ var (
 	postgresPaths = []pathKind{pgxNative, pgxStdlib}
 )
 
-func openPgxNative(t *testing.T) *driverPath {
-	cfg, err := pgxpool.ParseConfig(dbservertest.Postgres(t))
+func openPgxNative(t *testing.T) *driverPath { return pgxNativeOn(t, dbservertest.Postgres(t)) }
+
+// pgxNativeOn opens a pgx-native path on dsn, a database of the test's.
+func pgxNativeOn(t *testing.T, dsn string) *driverPath {
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatalf("parse DSN: %v", err)
 	}
@@ -337,8 +340,11 @@ func openPgxNative(t *testing.T) *driverPath {
 	return p
 }
 
-func openPgxStdlib(t *testing.T) *driverPath {
-	cfg, err := pgx.ParseConfig(dbservertest.Postgres(t))
+func openPgxStdlib(t *testing.T) *driverPath { return pgxStdlibOn(t, dbservertest.Postgres(t)) }
+
+// pgxStdlibOn opens a pgx-stdlib path on dsn, a database of the test's.
+func pgxStdlibOn(t *testing.T, dsn string) *driverPath {
+	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		t.Fatalf("parse DSN: %v", err)
 	}
@@ -350,8 +356,11 @@ func openPgxStdlib(t *testing.T) *driverPath {
 	return p
 }
 
-func openMySQL(t *testing.T) *driverPath {
-	cfg, err := mysql.ParseDSN(dbservertest.MySQL(t))
+func openMySQL(t *testing.T) *driverPath { return mysqlOn(t, dbservertest.MySQL(t)) }
+
+// mysqlOn opens a mysql path on dsn, a database of the test's.
+func mysqlOn(t *testing.T, dsn string) *driverPath {
+	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		t.Fatalf("parse DSN: %v", err)
 	}

@@ -36,6 +36,8 @@
 //     (NewRetryBudget(0.2, 10, nil), Finagle's defaults).
 //   - txretry-keys: the defaults plus WithContentionKeys naming the rows
 //     each call writes (the hot row; the two accounts of a transfer).
+//   - txretry-dblocks: txretry-keys plus WithDatabaseKeyLocks, which makes
+//     the keys exclusive across processes through database locks.
 //   - once: one attempt, no retry (BEGIN, body, COMMIT).
 //   - immediate: retry at once, up to 10 attempts (hand-written loop).
 //   - fixed10ms: wait 10 ms between attempts, up to 10 attempts.

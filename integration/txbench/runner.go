@@ -51,6 +51,7 @@ var allRunners = []runner{
 	{name: "txretry-nocm", kind: kindTxretry, opts: options(txretry.WithoutContentionManager())},
 	{name: "txretry-budget", kind: kindTxretry, opts: retryBudget(0.2, 10)},
 	{name: "txretry-keys", kind: kindTxretry, keys: true},
+	{name: "txretry-dblocks", kind: kindTxretry, keys: true, opts: options(txretry.WithDatabaseKeyLocks())},
 	{name: "once", kind: kindLoop, loop: loopPolicy{attempts: 1}},
 	{name: "immediate", kind: kindLoop, loop: loopPolicy{attempts: 10}},
 	{name: "fixed10ms", kind: kindLoop, loop: loopPolicy{attempts: 10, delay: constantDelay(10 * time.Millisecond)}},

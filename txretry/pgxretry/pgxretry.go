@@ -14,6 +14,7 @@ import (
 
 	"github.com/txretry/txretry/pgerr"
 	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/internal/keylock"
 )
 
 // Beginner begins pgx transactions: *pgxpool.Pool and *pgx.Conn satisfy it.
@@ -113,8 +114,19 @@ func txOptions(o txretry.TxOptions) (pgx.TxOptions, error) {
 
 // attempt is one pgx attempt.
 type attempt struct {
-	tx  pgx.Tx
-	rec recorder
+	tx    pgx.Tx
+	rec   recorder
+	locks *keylock.Locks // txretry.WithDatabaseKeyLocks: released once the transaction ended
+}
+
+// unlock releases the attempt's advisory locks, once. A release that finds
+// them gone does not change the transaction's outcome: the session check
+// after BEGIN is where a pooler shows.
+func (a *attempt) unlock(ctx context.Context, timeout time.Duration) {
+	if a.locks != nil {
+		_ = a.locks.Release(ctx, timeout)
+		a.locks = nil
+	}
 }
 
 // shielded is ctx without its cancellation, bounded by timeout.
@@ -123,9 +135,10 @@ func shielded(ctx context.Context, timeout time.Duration) (context.Context, cont
 }
 
 func (a *attempt) Commit(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := shielded(ctx, timeout)
+	defer a.unlock(ctx, timeout)
+	cctx, cancel := shielded(ctx, timeout)
 	defer cancel()
-	err := a.tx.Commit(ctx)
+	err := a.tx.Commit(cctx)
 	if errors.Is(err, pgx.ErrTxCommitRollback) {
 		// The server answered COMMIT with ROLLBACK: nothing was committed.
 		if swallowed := a.rec.get(); swallowed != nil {
@@ -137,9 +150,10 @@ func (a *attempt) Commit(ctx context.Context, timeout time.Duration) error {
 }
 
 func (a *attempt) Rollback(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := shielded(ctx, timeout)
+	defer a.unlock(ctx, timeout)
+	rctx, cancel := shielded(ctx, timeout)
 	defer cancel()
-	return a.tx.Rollback(ctx)
+	return a.tx.Rollback(rctx)
 }
 
 func (a *attempt) Exec(ctx context.Context, query string) error {
