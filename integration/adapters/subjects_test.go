@@ -35,7 +35,7 @@ import (
 func TestMain(m *testing.M) {
 	// go-sql-driver logs every broken connection; the faults are on purpose.
 	_ = gomysql.SetLogger(log.New(io.Discard, "", 0))
-	dbservertest.Main(m)
+	dbservertest.Main(m, gormLRU)
 }
 
 // txq is what the tests do inside fn, in each library's own terms:

@@ -220,13 +220,14 @@ func MySQLFlavor(t testing.TB) string {
 // Main runs the tests, stops the servers they started and checks that no
 // goroutine was leaked (when no container was started: the Docker client
 // keeps goroutines of its own). It exits with the tests' status, or 1 if
-// they passed but stopping a server or the leak check failed.
-func Main(m *testing.M) {
-	os.Exit(run(m))
+// they passed but stopping a server or the leak check failed. opts are
+// given to the leak check, for goroutines a library keeps by design.
+func Main(m *testing.M, opts ...goleak.Option) {
+	os.Exit(run(m, opts...))
 }
 
 // run is Main without the exit.
-func run(m interface{ Run() int }) int {
+func run(m interface{ Run() int }, opts ...goleak.Option) int {
 	code := m.Run()
 	servers.mu.Lock()
 	used := servers.used
@@ -244,7 +245,7 @@ func run(m interface{ Run() int }) int {
 		code = max(code, 1)
 	}
 	if code == 0 && !containers {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(opts...); err != nil {
 			fmt.Fprintf(os.Stderr, "dbservertest: %v\n", err)
 			code = 1
 		}
