@@ -99,3 +99,30 @@ write_env() {
 		mv -f "$tmp" "$out"
 	fi
 }
+
+# forget_base LOG keeps BASE/LOG, the server's log, as .run/<LOG>-last.log
+# (without its .log), then removes the script's folder and state file.
+forget_base() {
+	if [ -n "$BASE" ]; then
+		[ -f "$BASE/$1" ] && cp "$BASE/$1" "$RUN_DIR/${1%.log}-last.log"
+		rm -rf "$BASE"
+	fi
+	rm -f "$STATE"
+	BASE=""
+}
+
+# cmd_stop is every script's stop: it withdraws the script's env fragment,
+# then, if the script's servers run, stops them with the script's
+# cmd_stop_quiet and says how long that took.
+cmd_stop() {
+	local t0
+	t0=$(now)
+	rm -f "$ENV_PART"
+	write_env
+	if [ -z "$BASE" ]; then
+		log "not running"
+		return 0
+	fi
+	cmd_stop_quiet
+	log "stopped in $(elapsed "$t0")s"
+}

@@ -315,15 +315,10 @@ cmd_start() {
 	dsn 3
 }
 
-cmd_stop() {
-	local t0 n
-	t0=$(now)
-	rm -f "$ENV_PART"
-	write_env
-	if [ -z "$BASE" ]; then
-		log "not running"
-		return 0
-	fi
+# cmd_stop_quiet stops the nodes, keeps their error logs and removes their
+# files (cmd_stop, in common.sh, calls it).
+cmd_stop_quiet() {
+	local n
 	for n in 3 2 1; do
 		stop_node "$n"
 	done
@@ -336,7 +331,7 @@ cmd_stop() {
 	done
 	rm -rf "$BASE"
 	rm -f "$STATE"
-	log "stopped in $(elapsed "$t0")s"
+	BASE=""
 }
 
 cmd_status() {

@@ -148,25 +148,7 @@ cmd_start() {
 # reaped), then removes its files.
 cmd_stop_quiet() {
 	stop_process "$(bouncer_pid)" pgbouncer "$STOP_TIMEOUT"
-	if [ -n "$BASE" ]; then
-		[ -f "$BASE/pgbouncer.log" ] && cp "$BASE/pgbouncer.log" "$RUN_DIR/pgbouncer-last.log"
-		rm -rf "$BASE"
-	fi
-	rm -f "$STATE"
-	BASE=""
-}
-
-cmd_stop() {
-	local t0
-	t0=$(now)
-	rm -f "$ENV_PART"
-	write_env
-	if [ -z "$BASE" ]; then
-		log "not running"
-		return 0
-	fi
-	cmd_stop_quiet
-	log "stopped in $(elapsed "$t0")s"
+	forget_base pgbouncer.log
 }
 
 cmd_status() {

@@ -198,25 +198,7 @@ cmd_start() {
 # reaped), then removes its files.
 cmd_stop_quiet() {
 	stop_process "$(server_pid)" tidb-server "$STOP_TIMEOUT"
-	if [ -n "$BASE" ]; then
-		[ -f "$BASE/tidb.log" ] && cp "$BASE/tidb.log" "$RUN_DIR/tidb-last.log"
-		rm -rf "$BASE"
-	fi
-	rm -f "$STATE"
-	BASE=""
-}
-
-cmd_stop() {
-	local t0
-	t0=$(now)
-	rm -f "$ENV_PART"
-	write_env
-	if [ -z "$BASE" ]; then
-		log "not running"
-		return 0
-	fi
-	cmd_stop_quiet
-	log "stopped in $(elapsed "$t0")s"
+	forget_base tidb.log
 }
 
 cmd_status() {
