@@ -140,17 +140,6 @@ func forEach(t *testing.T, test func(t *testing.T, s *subject)) {
 	}
 }
 
-func startProxy(t *testing.T, upstream string, proto faultproxy.Protocol) *faultproxy.Proxy {
-	t.Helper()
-	p, err := faultproxy.Start(upstream, proto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.BlockCancelRequests(true) // as a real partition would
-	t.Cleanup(func() { p.Release(); _ = p.Close() })
-	return p
-}
-
 func pgPools(t *testing.T, viaPgdriver bool) (direct, proxied *sql.DB, proxy *faultproxy.Proxy) {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(dbservertest.Postgres(t))
@@ -159,7 +148,7 @@ func pgPools(t *testing.T, viaPgdriver bool) (direct, proxied *sql.DB, proxy *fa
 	}
 	direct = stdlib.OpenDB(*cfg)
 	t.Cleanup(func() { direct.Close() })
-	proxy = startProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), faultproxy.Postgres)
+	proxy = faultproxy.StartPartition(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), faultproxy.Postgres)
 	host, port, _ := net.SplitHostPort(proxy.Addr())
 	p, _ := strconv.Atoi(port)
 	pc := cfg.Copy()
@@ -185,7 +174,7 @@ func mysqlPools(t *testing.T) (direct, proxied *sql.DB, proxy *faultproxy.Proxy)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { direct.Close() })
-	proxy = startProxy(t, cfg.Addr, faultproxy.MySQL)
+	proxy = faultproxy.StartPartition(t, cfg.Addr, faultproxy.MySQL)
 	pc := cfg.Clone()
 	pc.Addr = proxy.Addr()
 	if proxied, err = sql.Open("mysql", pc.FormatDSN()); err != nil {

@@ -143,12 +143,7 @@ func campaign(t *testing.T, path string) {
 			t.Fatal(err)
 		}
 	}
-	proxy, err := faultproxy.Start(upstream, map[bool]faultproxy.Protocol{true: faultproxy.Postgres, false: faultproxy.MySQL}[pg])
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy.BlockCancelRequests(true) // as a real partition would
-	t.Cleanup(func() { proxy.Release(); _ = proxy.Close() })
+	proxy := faultproxy.StartPartition(t, upstream, map[bool]faultproxy.Protocol{true: faultproxy.Postgres, false: faultproxy.MySQL}[pg])
 	bin, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

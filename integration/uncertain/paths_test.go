@@ -51,17 +51,6 @@ func pgPlaceholder(n int) string         { return "$" + strconv.Itoa(n) }
 func myPlaceholder(int) string           { return "?" }
 func hostPort(h string, p uint16) string { return net.JoinHostPort(h, strconv.Itoa(int(p))) }
 
-func startProxy(t *testing.T, upstream string, proto faultproxy.Protocol) *faultproxy.Proxy {
-	t.Helper()
-	p, err := faultproxy.Start(upstream, proto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.BlockCancelRequests(true) // as a real partition would
-	t.Cleanup(func() { p.Release(); _ = p.Close() })
-	return p
-}
-
 func pgSetup(t *testing.T) (dsn string, direct *sql.DB, proxy *faultproxy.Proxy, proxied *pgx.ConnConfig) {
 	t.Helper()
 	dsn = dbservertest.Postgres(t)
@@ -72,7 +61,7 @@ func pgSetup(t *testing.T) (dsn string, direct *sql.DB, proxy *faultproxy.Proxy,
 	direct = stdlib.OpenDB(*cfg)
 	t.Cleanup(func() { direct.Close() })
 	prepare(t, direct, true)
-	proxy = startProxy(t, hostPort(cfg.Host, cfg.Port), faultproxy.Postgres)
+	proxy = faultproxy.StartPartition(t, hostPort(cfg.Host, cfg.Port), faultproxy.Postgres)
 	host, port, _ := net.SplitHostPort(proxy.Addr())
 	p, _ := strconv.Atoi(port)
 	proxied = cfg.Copy()
@@ -137,7 +126,7 @@ func mysqlPath(t *testing.T) *path {
 	}
 	t.Cleanup(func() { direct.Close() })
 	prepare(t, direct, false)
-	proxy := startProxy(t, cfg.Addr, faultproxy.MySQL)
+	proxy := faultproxy.StartPartition(t, cfg.Addr, faultproxy.MySQL)
 	pc := cfg.Clone()
 	pc.Addr = proxy.Addr()
 	// go-sql-driver ignores the context during COMMIT: only readTimeout
