@@ -77,6 +77,8 @@ type conn interface {
 	// isolation is the level of every transaction: SERIALIZABLE, except
 	// on TiDB (see driverSpec.lockingReads).
 	isolation() sql.IsolationLevel
+	// dialect is the SQL flavour of the server.
+	dialect() dialect
 	close()
 }
 
@@ -181,6 +183,7 @@ func (c *pgxConn) notCommitted(err error) bool { return pgNotCommitted(err) }
 func (c *pgxConn) close()                      { c.pool.Close() }
 
 func (c *pgxConn) isolation() sql.IsolationLevel { return sql.LevelSerializable }
+func (c *pgxConn) dialect() dialect              { return dialectPG }
 
 type pgxTx struct{ tx pgx.Tx }
 
@@ -239,9 +242,9 @@ func pgNotCommitted(err error) bool {
 // --- database/sql (go-sql-driver/mysql, pgx stdlib) ---
 
 type sqlConn struct {
-	db      *sql.DB
-	dialect dialect
-	iso     sql.IsolationLevel
+	db     *sql.DB
+	flavor dialect
+	iso    sql.IsolationLevel
 }
 
 func openMySQL(ctx context.Context, dsn string, conns int) (conn, error) {
@@ -298,7 +301,7 @@ func openSQL(ctx context.Context, driverName, dsn string, d dialect, iso sql.Iso
 		}
 		held = append(held, c)
 	}
-	return &sqlConn{db: db, dialect: d, iso: iso}, nil
+	return &sqlConn{db: db, flavor: d, iso: iso}, nil
 }
 
 func (c *sqlConn) exec(ctx context.Context, q string) error {
@@ -334,14 +337,14 @@ func (c *sqlConn) attempt(ctx context.Context, body txBody) (phase, error) {
 }
 
 func (c *sqlConn) retryable(err error) bool {
-	if c.dialect == dialectMySQL {
+	if c.flavor == dialectMySQL {
 		return mysqlerr.IsRetryable(err)
 	}
 	return pgerr.IsRetryable(err)
 }
 
 func (c *sqlConn) code(err error) string {
-	if c.dialect == dialectMySQL {
+	if c.flavor == dialectMySQL {
 		if n, ok := mysqlerr.Number(err); ok {
 			return strconv.Itoa(int(n))
 		}
@@ -363,9 +366,9 @@ func (c *sqlConn) notCommitted(err error) bool {
 		return true
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return c.dialect == dialectMySQL
+		return c.flavor == dialectMySQL
 	}
-	if c.dialect == dialectMySQL {
+	if c.flavor == dialectMySQL {
 		_, ok := mysqlerr.Number(err)
 		return ok
 	}
@@ -375,6 +378,7 @@ func (c *sqlConn) notCommitted(err error) bool {
 func (c *sqlConn) close() { _ = c.db.Close() }
 
 func (c *sqlConn) isolation() sql.IsolationLevel { return c.iso }
+func (c *sqlConn) dialect() dialect              { return c.flavor }
 
 type sqlTx struct{ tx *sql.Tx }
 

@@ -438,7 +438,7 @@ func TestSQLCommitContextErrorIsUncertainOnPostgreSQL(t *testing.T) {
 		{dialectPG, sql.ErrTxDone, true},
 		{dialectMySQL, driver.ErrBadConn, true},
 	} {
-		c := &sqlConn{dialect: tc.dialect}
+		c := &sqlConn{flavor: tc.dialect}
 		if got := c.notCommitted(tc.err); got != tc.want {
 			t.Errorf("dialect %v, %v: notCommitted = %v, want %v", tc.dialect, tc.err, got, tc.want)
 		}
