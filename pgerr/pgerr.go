@@ -138,6 +138,10 @@ func IsUniqueViolation(err error) bool {
 
 // IsLockNotAvailable is an opt-in class: it reports whether err's tree holds
 // lock_not_available (55P03), raised by NOWAIT or when lock_timeout expires.
+// Retrying it with a short lock_timeout ends PostgreSQL deadlocks long
+// before deadlock_timeout (1 s by default) finds them, where a lock wait
+// would end in a serialization failure anyway (SERIALIZABLE, REPEATABLE
+// READ); see txretry/contention.md, "Deadlocks on PostgreSQL".
 func IsLockNotAvailable(err error) bool {
 	return Has(err, LockNotAvailable)
 }
