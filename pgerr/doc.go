@@ -63,7 +63,9 @@
 //     and a retry may succeed; but it may as well be a real duplicate that
 //     fails on every attempt, so it is opt-in.
 //   - 55P03: a lock could not be taken (SELECT … FOR UPDATE NOWAIT, LOCK …
-//     NOWAIT, or lock_timeout expired).
+//     NOWAIT, or lock_timeout expired). With a short lock_timeout it ends
+//     deadlocks long before deadlock_timeout (1 s by default) finds them
+//     (see IsLockNotAvailable).
 //   - CR000: an old CockroachDB extension code for retry errors. Current
 //     servers send 40001 instead; CockroachDB's Go client still accepts
 //     CR000 for backward compatibility.
