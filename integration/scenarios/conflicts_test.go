@@ -189,6 +189,18 @@ func (c *crossLock) run(t *testing.T, ctx context.Context, p *driverPath, opts .
 	return errs, victim
 }
 
+// checkApplied checks that both parties' transactions were applied once:
+// each added 1 to both accounts and inserted its marker row.
+func (c *crossLock) checkApplied(t *testing.T, ctx context.Context, p *driverPath) {
+	t.Helper()
+	if n := p.count(t, ctx, "SELECT SUM(balance) FROM accounts"); n != 204 {
+		t.Errorf("sum of balances = %d, want 204", n)
+	}
+	if n := p.count(t, ctx, "SELECT COUNT(*) FROM items"); n != 2 {
+		t.Errorf("%d marker rows, want 2", n)
+	}
+}
+
 // TestDeadlock: two transactions lock rows 1 then 2 and 2 then 1. The
 // server aborts one of them (40P01 after deadlock_timeout on PostgreSQL,
 // 1213 at once on MySQL); txretry re-runs it, it then waits for the other's
@@ -211,12 +223,7 @@ func TestDeadlock(t *testing.T) {
 		if len(failed) != 1 || failed[0].Code != p.d.deadlock || failed[0].Attempt != 1 || failed[0].Class != txretry.Retryable {
 			t.Errorf("failed attempts = %+v; want one retryable %s", failed, p.d.deadlock)
 		}
-		if n := p.count(t, ctx, "SELECT SUM(balance) FROM accounts"); n != 204 {
-			t.Errorf("sum of balances = %d, want 204", n)
-		}
-		if n := p.count(t, ctx, "SELECT COUNT(*) FROM items"); n != 2 {
-			t.Errorf("%d marker rows, want 2", n)
-		}
+		c.checkApplied(t, ctx, p)
 	})
 }
 

@@ -49,11 +49,6 @@ func TestLockTimeoutEndsADeadlockEarly(t *testing.T) {
 		if v, w := c.runs[0].Load(), c.runs[1].Load(); v != 2 || w != 1 {
 			t.Errorf("fn runs: %d and %d; want 2 (party 0, the victim) and 1", v, w)
 		}
-		if n := p.count(t, ctx, "SELECT SUM(balance) FROM accounts"); n != 204 {
-			t.Errorf("sum of balances = %d, want 204", n)
-		}
-		if n := p.count(t, ctx, "SELECT COUNT(*) FROM items"); n != 2 {
-			t.Errorf("%d marker rows, want 2", n)
-		}
+		c.checkApplied(t, ctx, p)
 	})
 }
