@@ -64,8 +64,9 @@
 //     fails on every attempt, so it is opt-in.
 //   - 55P03: a lock could not be taken (SELECT … FOR UPDATE NOWAIT, LOCK …
 //     NOWAIT, or lock_timeout expired). With a short lock_timeout it ends
-//     deadlocks long before deadlock_timeout (1 s by default) finds them
-//     (see IsLockNotAvailable).
+//     deadlocks long before deadlock_timeout (1 s by default) finds them;
+//     txretry.WithLockTimeout sets one and retries what it ends, which
+//     IsLockTimeout tells from NOWAIT's by the routine that raised it.
 //   - CR000: an old CockroachDB extension code for retry errors. Current
 //     servers send 40001 instead; CockroachDB's Go client still accepts
 //     CR000 for backward compatibility.

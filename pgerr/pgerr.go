@@ -1,6 +1,9 @@
 package pgerr
 
-import "slices"
+import (
+	"reflect"
+	"slices"
+)
 
 // SQLSTATE codes used by this package and by the transaction engine. See the
 // package documentation for the table of classes and sources.
@@ -138,12 +141,46 @@ func IsUniqueViolation(err error) bool {
 
 // IsLockNotAvailable is an opt-in class: it reports whether err's tree holds
 // lock_not_available (55P03), raised by NOWAIT or when lock_timeout expires.
-// Retrying it with a short lock_timeout ends PostgreSQL deadlocks long
-// before deadlock_timeout (1 s by default) finds them, where a lock wait
-// would end in a serialization failure anyway (SERIALIZABLE, REPEATABLE
-// READ); see txretry/contention.md, "Deadlocks on PostgreSQL".
+// txretry.WithLockTimeout retries the lock timeouts it sets without it (see
+// [IsLockTimeout]); this class is for lock timeouts set elsewhere, such as
+// in a DSN.
 func IsLockNotAvailable(err error) bool {
 	return Has(err, LockNotAvailable)
+}
+
+// IsLockTimeout reports whether err's tree holds lock_not_available
+// (55P03) raised because lock_timeout ran out, as opposed to NOWAIT, which
+// raises the same code when a lock is not free at once. PostgreSQL raises the former in its routine ProcessInterrupts and
+// reports the routine with the error; pgx's *pgconn.PgError and lib/pq's
+// *pq.Error carry it in their Routine field, which is read here. An error
+// without that field is never a lock timeout for this function.
+// txretry.WithLockTimeout retries it.
+func IsLockTimeout(err error) bool {
+	found := false
+	walkNodes(err, func(node error, code string) bool {
+		found = code == LockNotAvailable && routine(node) == "ProcessInterrupts"
+		return found
+	})
+	return found
+}
+
+// routine returns the Routine string field of the struct that err is or
+// points to, "" if it has none.
+func routine(err error) string {
+	v := reflect.ValueOf(err)
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return ""
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return ""
+	}
+	if f := v.FieldByName("Routine"); f.IsValid() && f.Kind() == reflect.String {
+		return f.String()
+	}
+	return ""
 }
 
 // IsCockroachRetryLegacy is an opt-in class: it reports whether err's tree
@@ -166,8 +203,13 @@ func IsAmbiguousCommit(err error) bool {
 // reports a non-empty one, depth-first in Unwrap order, until visit returns
 // true. It reports whether visit returned true.
 func walk(err error, visit func(code string) bool) bool {
+	return walkNodes(err, func(_ error, code string) bool { return visit(code) })
+}
+
+// walkNodes is walk that also hands visit the error reporting the code.
+func walkNodes(err error, visit func(node error, code string) bool) bool {
 	for err != nil {
-		if code := nodeSQLState(err); code != "" && visit(code) {
+		if node, code := nodeSQLState(err); code != "" && visit(node, code) {
 			return true
 		}
 		switch u := err.(type) {
@@ -175,7 +217,7 @@ func walk(err error, visit func(code string) bool) bool {
 			err = u.Unwrap()
 		case interface{ Unwrap() []error }:
 			for _, e := range u.Unwrap() {
-				if walk(e, visit) {
+				if walkNodes(e, visit) {
 					return true
 				}
 			}
@@ -188,28 +230,31 @@ func walk(err error, visit func(code string) bool) bool {
 }
 
 // nodeSQLState returns the SQLSTATE of err itself (not of the errors it
-// wraps): from its SQLState method, or else from what its As(any) bool method
-// offers, as errors.As would ask a single error. It returns "" if there is
-// none.
-func nodeSQLState(err error) (code string) {
+// wraps), and the error reporting it: err, from its SQLState method, or
+// else what its As(any) bool method offers, as errors.As would ask a single
+// error. The code is "" if there is none.
+func nodeSQLState(err error) (node error, code string) {
 	defer func() {
 		// A nil pointer whose SQLState method reads its receiver (such as a
 		// nil *pgconn.PgError inside a wrapper) must not crash the caller's
 		// retry loop: such an error simply has no SQLSTATE.
 		if recover() != nil {
-			code = ""
+			node, code = nil, ""
 		}
 	}()
 	if s, ok := err.(sqlStater); ok {
-		return s.SQLState()
+		return err, s.SQLState()
 	}
 	if a, ok := err.(interface{ As(any) bool }); ok {
 		// An unnamed interface type, so that an As method written
 		// against the same method set (not only by reflection) can match.
 		var target interface{ SQLState() string }
 		if a.As(&target) && target != nil {
-			return target.SQLState()
+			if e, ok := target.(error); ok {
+				node = e
+			}
+			return node, target.SQLState()
 		}
 	}
-	return ""
+	return nil, ""
 }

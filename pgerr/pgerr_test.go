@@ -170,3 +170,45 @@ func TestClasses(t *testing.T) {
 		}
 	}
 }
+
+// pqLike has the shape of lib/pq's *pq.Error: a Routine field beside its
+// SQLState method.
+type pqLike struct {
+	Code    string
+	Routine string
+}
+
+func (e *pqLike) Error() string    { return "pq-like " + e.Code }
+func (e *pqLike) SQLState() string { return e.Code }
+
+// TestIsLockTimeout tells lock_timeout's 55P03 (raised in ProcessInterrupts,
+// as the server reports it; the real server is checked in the integration
+// tests) from NOWAIT's (raised where the lock was refused).
+func TestIsLockTimeout(t *testing.T) {
+	timeout := &pgconn.PgError{Code: "55P03", Routine: "ProcessInterrupts"}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"pgconn lock timeout", timeout, true},
+		{"wrapped and joined", errors.Join(pg("42P01"), fmt.Errorf("update: %w", timeout)), true},
+		{"pq-like lock timeout", fmt.Errorf("x: %w", &pqLike{Code: "55P03", Routine: "ProcessInterrupts"}), true},
+		{"NOWAIT on a row", &pgconn.PgError{Code: "55P03", Routine: "heap_lock_tuple"}, false},
+		{"NOWAIT on a table", &pgconn.PgError{Code: "55P03", Routine: "RangeVarGetRelidExtended"}, false},
+		{"no routine", pg("55P03"), false},
+		{"statement timeout", &pgconn.PgError{Code: "57014", Routine: "ProcessInterrupts"}, false},
+		{"no Routine field", &stateErr{"55P03"}, false},
+		{"value receiver without field", valueStateErr("55P03"), false},
+		{"As method without field", &asErr{"55P03"}, false},
+		{"nil", nil, false},
+		{"typed nil", fmt.Errorf("x: %w", (*pgconn.PgError)(nil)), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := pgerr.IsLockTimeout(tt.err); got != tt.want {
+				t.Errorf("IsLockTimeout(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
