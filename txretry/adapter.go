@@ -9,11 +9,23 @@ import (
 )
 
 // TxOptions are the transaction options the engine asks an Adapter for,
-// resolved from WithIsolation and WithReadOnly. Default: the zero value
-// (the database's default isolation level, read-write).
+// resolved from WithIsolation, WithReadOnly and WithLockTimeout. Default:
+// the zero value (the database's default isolation level, read-write, no
+// lock timeout).
 type TxOptions struct {
 	Isolation sql.IsolationLevel
 	ReadOnly  bool
+	// LockTimeout, when positive, asks for every single lock wait in the
+	// transaction to end after it, with an error that
+	// pgerr.IsLockTimeout reports (PostgreSQL: SET LOCAL lock_timeout,
+	// rounded up to whole milliseconds). The engine sets it on attempts
+	// of SERIALIZABLE and REPEATABLE READ transactions under
+	// WithLockTimeout, doubled for each earlier attempt of the call
+	// that it ended; CheckTxOptions sees the option's value. An adapter whose
+	// database finds deadlocks as they form (MySQL, MariaDB) may ignore
+	// it; one that cannot honour it on a database that does not should
+	// reject it in CheckTxOptions.
+	LockTimeout time.Duration
 }
 
 // Tx is one attempt's transaction as the engine sees it; Run ends it with

@@ -3,6 +3,7 @@ package txretry
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -138,6 +139,9 @@ type call struct {
 	ticket   cmTicket      // the call's place in the contention manager's order, and its attempt's admission
 	pause    time.Duration // the manager asked for this pause before the next attempt (see release)
 	kept     bool          // the call keeps its place in the manager's gate through the pause
+	// lockTimeouts counts the attempts that WithLockTimeout's timeout
+	// ended; each doubles the next attempt's.
+	lockTimeouts int
 }
 
 type resultKind uint8
@@ -440,9 +444,10 @@ func (c *call) attempt(ctx context.Context, n int, queued time.Duration) (res re
 // transaction runs one transaction: BEGIN, fn, COMMIT or ROLLBACK.
 func (c *call) transaction(ctx context.Context, n int) result {
 	cfg := c.cfg
-	tx, err := c.begin(ctx)
+	opts := c.attemptOptions()
+	tx, err := c.begin(ctx, opts)
 	if err != nil {
-		return c.classify(err)
+		return c.classify(err, opts)
 	}
 	if cfg.idem != nil {
 		already, err := cfg.idem.claim(ctx, tx)
@@ -451,7 +456,7 @@ func (c *call) transaction(ctx context.Context, n int) result {
 			if already {
 				return result{kind: resAlready}
 			}
-			return c.classify(err)
+			return c.classify(err, opts)
 		}
 	}
 	fnCtx := context.WithValue(ctx, txCtxKey{}, &txCtxVal{key: c.key, tx: tx, attempt: n, gate: c.cm, parent: c.parent})
@@ -475,7 +480,7 @@ func (c *call) transaction(ctx context.Context, n int) result {
 			err = &attemptTimeoutError{err: err}
 		}
 		c.rollback(ctx, tx)
-		return c.classify(err)
+		return c.classify(err, opts)
 	}
 	var state string
 	if cfg.verifier != nil {
@@ -486,7 +491,7 @@ func (c *call) transaction(ctx context.Context, n int) result {
 		cancel()
 		if err != nil {
 			c.rollback(ctx, tx)
-			return c.classify(err)
+			return c.classify(err, opts)
 		}
 	}
 	err = tx.Commit(ctx, cfg.commitTimeout)
@@ -496,29 +501,51 @@ func (c *call) transaction(ctx context.Context, n int) result {
 	if !notCommitted(err) {
 		return result{kind: resUncertain, err: err, state: state}
 	}
-	return c.classify(err)
+	return c.classify(err, opts)
+}
+
+// attemptOptions are the next attempt's transaction options: the call's,
+// with WithLockTimeout's timeout doubled for each of the call's attempts
+// that it ended, on the isolation levels where a lock wait rarely pays.
+func (c *call) attemptOptions() TxOptions {
+	o := c.cfg.txOpts
+	switch o.Isolation {
+	case sql.LevelSerializable, sql.LevelRepeatableRead, sql.LevelSnapshot:
+		for i := 0; i < c.lockTimeouts && o.LockTimeout > 0 && o.LockTimeout < time.Hour; i++ {
+			o.LockTimeout *= 2
+		}
+	default:
+		o.LockTimeout = 0
+	}
+	return o
 }
 
 // begin begins the attempt's transaction, after taking the keys'
 // database locks with WithDatabaseKeyLocks: their wait ends at the
 // deadline or time budget, like the wait for the keys inside the process.
-func (c *call) begin(ctx context.Context) (Tx, error) {
+func (c *call) begin(ctx context.Context, opts TxOptions) (Tx, error) {
 	if !c.cfg.dbLocks {
-		return c.a.begin(ctx, c.cfg.txOpts)
+		return c.a.begin(ctx, opts)
 	}
 	if !c.deadline.IsZero() {
 		lctx, cancel := context.WithTimeout(ctx, c.deadline.Sub(c.cfg.clock.Now()))
 		defer cancel()
 		ctx = lctx
 	}
-	tx, ok, err := c.a.beginLocked(ctx, c.cfg.txOpts, c.cfg.keys)
+	tx, ok, err := c.a.beginLocked(ctx, opts, c.cfg.keys)
 	if !ok {
 		return nil, fmt.Errorf("%w: WithDatabaseKeyLocks: the adapter cannot take database locks", ErrInvalidOption)
 	}
 	return tx, err
 }
 
-func (c *call) classify(err error) result {
+// classify classifies an attempt's error: retryable if the classifier
+// says so, or if it is the lock timeout the attempt set itself.
+func (c *call) classify(err error, opts TxOptions) result {
+	if opts.LockTimeout > 0 && pgerr.IsLockTimeout(err) {
+		c.lockTimeouts++
+		return result{kind: resRetryable, err: err}
+	}
 	if c.cfg.classify(err) {
 		return result{kind: resRetryable, err: err}
 	}

@@ -12,12 +12,37 @@ import (
 // CheckKeyLocks accepts WithDatabaseKeyLocks on a *sql.DB or *sql.Conn of a
 // known driver.
 func (a sqlAdapter) CheckKeyLocks() error {
-	_, err := sqlDialect(a.db)
+	_, err := sqlDialect(a.db, "WithDatabaseKeyLocks")
 	return err
 }
 
-// sqlDialect tells the database behind db from its driver's type.
-func sqlDialect(db DB) (keylock.Dialect, error) {
+// CheckTxOptions accepts WithLockTimeout where the adapter knows the
+// database: on a *sql.DB or *sql.Conn of a known driver.
+func (a sqlAdapter) CheckTxOptions(o TxOptions) error {
+	if o.LockTimeout <= 0 {
+		return nil
+	}
+	_, err := sqlDialect(a.db, "WithLockTimeout")
+	return err
+}
+
+// setLockTimeout applies o.LockTimeout to a transaction just begun on a
+// database of dialect d (see WithLockTimeout), and rolls the transaction
+// back if that fails.
+func setLockTimeout(ctx context.Context, d keylock.Dialect, tx *SQLTx[*sql.Tx], o TxOptions) error {
+	if o.LockTimeout <= 0 || d != keylock.Postgres {
+		return nil // MySQL and MariaDB find deadlocks as they form
+	}
+	err := tx.Exec(ctx, keylock.SetLockTimeout(o.LockTimeout))
+	if err != nil {
+		_ = tx.bounded(DefaultCommitTimeout, tx.Tx.Rollback)
+	}
+	return err
+}
+
+// sqlDialect tells the database behind db from its driver's type, for
+// option (named in the error).
+func sqlDialect(db DB, option string) (keylock.Dialect, error) {
 	var d keylock.Dialect
 	var what any
 	switch h := db.(type) {
@@ -29,10 +54,10 @@ func sqlDialect(db DB) (keylock.Dialect, error) {
 			return 0, err
 		}
 	default:
-		return 0, fmt.Errorf("%w: WithDatabaseKeyLocks needs a *sql.DB or *sql.Conn, not a %T", ErrInvalidOption, db)
+		return 0, fmt.Errorf("%w: %s needs a *sql.DB or *sql.Conn, not a %T", ErrInvalidOption, option, db)
 	}
 	if d == keylock.Unknown {
-		return 0, fmt.Errorf("%w: WithDatabaseKeyLocks: driver %T is not one of pgx's stdlib, lib/pq or go-sql-driver/mysql, so its database's locks are unknown", ErrInvalidOption, what)
+		return 0, fmt.Errorf("%w: %s: driver %T is not one of pgx's stdlib, lib/pq or go-sql-driver/mysql, so its database's locks are unknown", ErrInvalidOption, option, what)
 	}
 	return d, nil
 }
@@ -41,7 +66,7 @@ func sqlDialect(db DB) (keylock.Dialect, error) {
 // *sql.DB's is pinned for the attempt) and begins the transaction on it;
 // the transaction's end releases them (see WithDatabaseKeyLocks).
 func (a sqlAdapter) BeginLocked(ctx context.Context, o TxOptions, keys []string) (*SQLTx[*sql.Tx], error) {
-	d, err := sqlDialect(a.db)
+	d, err := sqlDialect(a.db, "WithDatabaseKeyLocks")
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +101,9 @@ func (a sqlAdapter) BeginLocked(ctx context.Context, o TxOptions, keys []string)
 		if err != nil {
 			_ = tx.bounded(DefaultCommitTimeout, tx.Tx.Rollback)
 		}
+	}
+	if err == nil {
+		err = setLockTimeout(ctx, d, tx, o)
 	}
 	if err != nil {
 		l.Abandon(ctx)

@@ -53,9 +53,23 @@ type sqlAdapter struct {
 }
 
 func (a sqlAdapter) Begin(ctx context.Context, o TxOptions) (*SQLTx[*sql.Tx], error) {
-	return BeginSQL(ctx, func(ctx context.Context) (*sql.Tx, error) {
+	d := keylock.Unknown
+	if o.LockTimeout > 0 {
+		var err error
+		if d, err = sqlDialect(a.db, "WithLockTimeout"); err != nil {
+			return nil, err
+		}
+	}
+	tx, err := BeginSQL(ctx, func(ctx context.Context) (*sql.Tx, error) {
 		return a.db.BeginTx(ctx, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
 	})
+	if err == nil {
+		err = setLockTimeout(ctx, d, tx, o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return tx, nil
 }
 
 func (a sqlAdapter) Call(ctx context.Context, tx *SQLTx[*sql.Tx]) error { return a.fn(ctx, tx.Tx) }

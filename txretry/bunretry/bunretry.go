@@ -60,6 +60,15 @@ func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*txretry.SQLTx
 	return tx, withSQLState(err)
 }
 
+// CheckTxOptions rejects txretry.WithLockTimeout, which bunretry does not
+// apply (txretry.RunInTx and pgxretry do).
+func (a adapter) CheckTxOptions(o txretry.TxOptions) error {
+	if o.LockTimeout > 0 {
+		return fmt.Errorf("%w: WithLockTimeout is not supported by bunretry", txretry.ErrInvalidOption)
+	}
+	return nil
+}
+
 func (a adapter) Call(ctx context.Context, tx *txretry.SQLTx[bunTx]) error {
 	return withSQLState(a.fn(ctx, tx.Tx.Tx))
 }

@@ -46,6 +46,9 @@ func TestInvalidInput(t *testing.T) {
 	if err := bunretry.RunInTx(ctx, open(t, &fakedb.Driver{}), nil); !errors.Is(err, txretry.ErrInvalidOption) {
 		t.Errorf("nil fn: %v", err)
 	}
+	if err := bunretry.RunInTx(ctx, open(t, &fakedb.Driver{}), fn, txretry.WithLockTimeout(time.Second)); !errors.Is(err, txretry.ErrInvalidOption) {
+		t.Errorf("WithLockTimeout, which bunretry does not apply: %v", err)
+	}
 }
 
 // A call inside fn on db or a clone of it joins; txretry.RunInTx on the

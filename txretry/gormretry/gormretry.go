@@ -106,6 +106,15 @@ func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*txretry.SQLTx
 // Call hands fn a session of db on the attempt's transaction, as GORM's
 // Begin makes one: the Statement's ConnPool becomes the transaction (under
 // GORM's prepared-statement cache when db uses one).
+// CheckTxOptions rejects txretry.WithLockTimeout, which gormretry does not
+// apply (txretry.RunInTx and pgxretry do).
+func (a adapter) CheckTxOptions(o txretry.TxOptions) error {
+	if o.LockTimeout > 0 {
+		return fmt.Errorf("%w: WithLockTimeout is not supported by gormretry", txretry.ErrInvalidOption)
+	}
+	return nil
+}
+
 func (a adapter) Call(ctx context.Context, tx *txretry.SQLTx[*sql.Tx]) error {
 	if a.inTx != nil {
 		if !sameTx(a.inTx, tx.Tx) {

@@ -57,6 +57,9 @@ func TestInvalidInput(t *testing.T) {
 	if err := gormretry.RunInTx(ctx, db, nil); !errors.Is(err, txretry.ErrInvalidOption) {
 		t.Errorf("nil fn: %v", err)
 	}
+	if err := gormretry.RunInTx(ctx, db, fn, txretry.WithLockTimeout(time.Second)); !errors.Is(err, txretry.ErrInvalidOption) {
+		t.Errorf("WithLockTimeout, which gormretry does not apply: %v", err)
+	}
 	// A *gorm.DB carrying an error: refused, described without its text.
 	secret := errors.New("duplicate entry 'alice@example.com'")
 	bad := db.Session(&gorm.Session{})

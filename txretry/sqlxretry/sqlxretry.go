@@ -38,6 +38,15 @@ func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*txretry.SQLTx
 	})
 }
 
+// CheckTxOptions rejects txretry.WithLockTimeout, which sqlxretry does not
+// apply (txretry.RunInTx and pgxretry do).
+func (a adapter) CheckTxOptions(o txretry.TxOptions) error {
+	if o.LockTimeout > 0 {
+		return fmt.Errorf("%w: WithLockTimeout is not supported by sqlxretry", txretry.ErrInvalidOption)
+	}
+	return nil
+}
+
 func (a adapter) Call(ctx context.Context, tx *txretry.SQLTx[*sqlx.Tx]) error {
 	return a.fn(ctx, tx.Tx)
 }

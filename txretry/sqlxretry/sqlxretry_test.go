@@ -253,4 +253,7 @@ func TestInvalidInput(t *testing.T) {
 	if err := sqlxretry.RunInTx(context.Background(), db, nil); !errors.Is(err, txretry.ErrInvalidOption) {
 		t.Errorf("nil fn: %v", err)
 	}
+	if err := sqlxretry.RunInTx(context.Background(), db, fn, txretry.WithLockTimeout(time.Second)); !errors.Is(err, txretry.ErrInvalidOption) {
+		t.Errorf("WithLockTimeout, which sqlxretry does not apply: %v", err)
+	}
 }

@@ -145,6 +145,14 @@ func SessionQuery(d Dialect) string {
 	return "SELECT pg_backend_pid()"
 }
 
+// SetLockTimeout returns PostgreSQL's statement that ends each lock wait of
+// the transaction after d (txretry.WithLockTimeout), rounded up to whole
+// milliseconds: lock_timeout counts milliseconds, and 0 would turn it off.
+func SetLockTimeout(d time.Duration) string {
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	return "SET LOCAL lock_timeout = " + strconv.FormatInt(int64(ms), 10)
+}
+
 // Of returns the dialect of a database/sql driver or driver connection,
 // from the package that defines its type (drivers are not imported).
 func Of(v any) Dialect {

@@ -202,3 +202,18 @@ func TestLockRefusesAnotherProcess(t *testing.T) {
 		t.Fatal("NeedsTxCheck: only PostgreSQL without a startup process id")
 	}
 }
+
+// SetLockTimeout rounds up to whole milliseconds, never to 0 (which would
+// turn lock_timeout off).
+func TestSetLockTimeoutRoundsUpToMilliseconds(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		50 * time.Millisecond:   "SET LOCAL lock_timeout = 50",
+		1500 * time.Microsecond: "SET LOCAL lock_timeout = 2",
+		time.Nanosecond:         "SET LOCAL lock_timeout = 1",
+		2 * time.Second:         "SET LOCAL lock_timeout = 2000",
+	} {
+		if got := SetLockTimeout(d); got != want {
+			t.Errorf("SetLockTimeout(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
