@@ -2,25 +2,38 @@ package scenarios
 
 import (
 	"context"
+	"database/sql"
 	"errors"
-	"fmt"
+	"slices"
 	"testing"
+	"time"
 
-	"github.com/txretry/txretry/pgerr"
 	"github.com/txretry/txretry/txretry"
 )
 
-// TestLockTimeoutEndsADeadlockEarly is the recipe of txretry/contention.md
-// for PostgreSQL transactions that can deadlock. PostgreSQL looks for a
-// deadlock only after deadlock_timeout (1 s by default, set so here for the
-// transaction), and until then both transactions hold their rows, past a
-// caller's deadline of a second; with SET LOCAL lock_timeout as fn's first
-// statement and WithRetryOn(pgerr.IsLockNotAvailable), the party whose lock
-// wait runs out first fails with 55P03 instead, is retried, and both calls
-// commit once each. (Party 1 waits longer than party 0, so that party 0 is
-// the only victim: with equal timeouts both may run out together, and both
-// be retried, which is fine in use but not in this harness, where a retry
-// waits for the other call.)
+// serializable is the isolation level at which WithLockTimeout applies
+// (REPEATABLE READ too).
+var serializable = txretry.WithIsolation(sql.LevelSerializable)
+
+// lockTimeoutOpts are the options that bound party's lock waits to d on
+// path p: pgxretry does so by default with 50 ms, RunInTx over
+// database/sql only when asked.
+func lockTimeoutOpts(p *driverPath, d time.Duration) []txretry.Option {
+	if p.name == "pgx-native" && d == txretry.DefaultLockTimeout {
+		return nil // the default under test
+	}
+	return []txretry.Option{txretry.WithLockTimeout(d)}
+}
+
+// TestLockTimeoutEndsADeadlockEarly: PostgreSQL looks for a deadlock only
+// after deadlock_timeout (1 s by default, set so here for the transaction),
+// and until then both transactions hold their rows, past a caller's
+// deadline of a second. With WithLockTimeout (pgxretry's default), the
+// party whose lock wait runs out first fails with 55P03 instead, is
+// retried, and both calls commit once each. (Party 1 waits longer than
+// party 0, so that party 0 is the only victim: with equal timeouts both
+// may run out together, and both be retried, which is fine in use but not
+// in this harness, where a retry waits for the other call.)
 func TestLockTimeoutEndsADeadlockEarly(t *testing.T) {
 	forEachPath(t, postgresPaths, func(t *testing.T, p *driverPath) {
 		ctx := testContext(t)
@@ -29,15 +42,14 @@ func TestLockTimeoutEndsADeadlockEarly(t *testing.T) {
 		var ev events
 		errs := c.pair.run(func(i int) error {
 			fn := c.fn(p.d, i)
+			opts := append(lockTimeoutOpts(p, []time.Duration{txretry.DefaultLockTimeout, 500 * time.Millisecond}[i]),
+				serializable, ev.option())
 			return p.run(ctx, func(ctx context.Context, q querier) error {
 				if err := q.exec(ctx, "SET LOCAL deadlock_timeout = '1s'"); err != nil {
 					return err
 				}
-				if err := q.exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", 50+450*i)); err != nil {
-					return err
-				}
 				return fn(ctx, q)
-			}, ev.option(), txretry.WithRetryOn(pgerr.IsLockNotAvailable))
+			}, opts...)
 		})
 		if err := errors.Join(errs...); err != nil {
 			t.Fatalf("RunInTx: %v", err)
@@ -51,4 +63,170 @@ func TestLockTimeoutEndsADeadlockEarly(t *testing.T) {
 		}
 		c.checkApplied(t, ctx, p)
 	})
+}
+
+// TestLockTimeoutSetting reads lock_timeout inside each attempt: set where
+// WithLockTimeout applies (pgxretry by default, database/sql when asked;
+// SERIALIZABLE and REPEATABLE READ only) and left alone elsewhere. Attempts
+// 1 and 3 fail with a serialization failure, attempt 2 (where a lock
+// timeout is set) waits for a lock that another transaction holds, until
+// the timeout runs out, which doubles the timeout of attempts 3 and 4. On
+// MySQL and MariaDB the option is accepted and does nothing.
+func TestLockTimeoutSetting(t *testing.T) {
+	tests := []struct {
+		name  string
+		kinds []pathKind
+		opts  []txretry.Option
+		want  map[string][]string // per path: lock_timeout in attempts 1-4
+	}{
+		{"serializable", postgresPaths, []txretry.Option{serializable},
+			map[string][]string{"pgx-native": {"50ms", "50ms", "100ms", "100ms"}, "pgx-stdlib": {"0", "0", "0", "0"}}},
+		{"repeatable read, explicit", postgresPaths, []txretry.Option{txretry.WithIsolation(sql.LevelRepeatableRead), txretry.WithLockTimeout(20 * time.Millisecond)},
+			map[string][]string{"pgx-native": {"20ms", "20ms", "40ms", "40ms"}, "pgx-stdlib": {"20ms", "20ms", "40ms", "40ms"}}},
+		{"rounded up to milliseconds", postgresPaths, []txretry.Option{serializable, txretry.WithLockTimeout(1500 * time.Microsecond)},
+			map[string][]string{"pgx-native": {"2ms", "2ms", "3ms", "3ms"}, "pgx-stdlib": {"2ms", "2ms", "3ms", "3ms"}}},
+		{"read committed", postgresPaths, []txretry.Option{txretry.WithIsolation(sql.LevelReadCommitted), txretry.WithLockTimeout(20 * time.Millisecond)},
+			map[string][]string{"pgx-native": {"0", "0", "0", "0"}, "pgx-stdlib": {"0", "0", "0", "0"}}},
+		{"turned off", postgresPaths, []txretry.Option{serializable, txretry.WithLockTimeout(0)},
+			map[string][]string{"pgx-native": {"0", "0", "0", "0"}, "pgx-stdlib": {"0", "0", "0", "0"}}},
+		{"mysql ignores it", []pathKind{mysqlPath}, []txretry.Option{serializable, txretry.WithLockTimeout(20 * time.Millisecond)},
+			map[string][]string{"mysql": nil}}, // the session's innodb_lock_wait_timeout, unchanged
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			forEachPath(t, tt.kinds, func(t *testing.T, p *driverPath) {
+				ctx := testContext(t)
+				testCtx := ctx // not fn's: the holder must not join the attempt
+				query := "SELECT current_setting('lock_timeout')"
+				want := tt.want[p.name]
+				if p.name == "mysql" {
+					query = "SELECT CAST(@@innodb_lock_wait_timeout AS CHAR)"
+					var s string
+					if err := p.db.queryRow(ctx, query).Scan(&s); err != nil {
+						t.Fatal(err)
+					}
+					want = []string{s, s, s, s}
+				}
+				var got []string
+				err := p.run(ctx, func(ctx context.Context, q querier) error {
+					var s string
+					if err := q.queryRow(ctx, query).Scan(&s); err != nil {
+						return err
+					}
+					got = append(got, s)
+					switch len(got) {
+					case 1, 3:
+						return q.exec(ctx, p.d.raiseRetryable)
+					case 2:
+						if s == "0" || p.name == "mysql" {
+							return q.exec(ctx, p.d.raiseRetryable)
+						}
+						return lockTimeout(t, testCtx, ctx, p, q)
+					}
+					return nil
+				}, tt.opts...)
+				if err != nil {
+					t.Fatalf("RunInTx: %v", err)
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("lock timeouts in attempts 1-4 = %q, want %q", got, want)
+				}
+			})
+		})
+	}
+}
+
+// TestLockTimeoutLeavesNowaitAlone: NOWAIT raises the same 55P03 as a lock
+// timeout, but means "fail if the lock is not free", so it is returned at
+// once, not retried.
+func TestLockTimeoutLeavesNowaitAlone(t *testing.T) {
+	forEachPath(t, postgresPaths, func(t *testing.T, p *driverPath) {
+		ctx := testContext(t)
+		p.setup(t, ctx, crossLockDDL...)
+		release := holdLock(t, ctx, p, "SELECT id FROM accounts WHERE id = 1 FOR UPDATE", 0)
+		defer release()
+		var ev events
+		opts := append(lockTimeoutOpts(p, txretry.DefaultLockTimeout), serializable, ev.option())
+		err := p.run(ctx, func(ctx context.Context, q querier) error {
+			return q.exec(ctx, "SELECT id FROM accounts WHERE id = 1 FOR UPDATE NOWAIT")
+		}, opts...)
+		if p.d.codeOf(err) != "55P03" {
+			t.Fatalf("RunInTx = %v; want NOWAIT's 55P03", err)
+		}
+		if n := len(ev.of(txretry.AttemptStarted)); n != 1 {
+			t.Errorf("%d attempts; want 1 (NOWAIT is not retried)", n)
+		}
+	})
+}
+
+// TestLockTimeoutWaitsLongerEachAttempt: a lock held for 300 ms is still
+// taken, because each attempt waits twice as long as the one before (50,
+// 100, 200 ms by default): the call commits after a few lock timeouts.
+func TestLockTimeoutWaitsLongerEachAttempt(t *testing.T) {
+	forEachPath(t, postgresPaths, func(t *testing.T, p *driverPath) {
+		ctx := testContext(t)
+		release := holdLock(t, ctx, p, "SELECT pg_advisory_xact_lock(4242)", 300*time.Millisecond)
+		defer release()
+		var ev events
+		opts := append(lockTimeoutOpts(p, txretry.DefaultLockTimeout), serializable, ev.option())
+		err := p.run(ctx, func(ctx context.Context, q querier) error {
+			return q.exec(ctx, "SELECT pg_advisory_xact_lock(4242)")
+		}, opts...)
+		if err != nil {
+			t.Fatalf("RunInTx: %v", err)
+		}
+		failed := ev.of(txretry.AttemptFailed)
+		for _, e := range failed {
+			if e.Code != "55P03" || e.Class != txretry.Retryable {
+				t.Errorf("failed attempt %+v; want retryable 55P03", e)
+			}
+		}
+		if len(failed) < 2 {
+			t.Errorf("%d lock timeouts; want at least 2 (50 and 100 ms) before a 300 ms lock is free", len(failed))
+		}
+	})
+}
+
+// lockTimeout makes the attempt's lock timeout run out: another
+// transaction (begun with testCtx, so as not to join the attempt) holds an
+// advisory lock that the attempt then waits for.
+func lockTimeout(t *testing.T, testCtx, ctx context.Context, p *driverPath, q querier) error {
+	release := holdLock(t, testCtx, p, "SELECT pg_advisory_xact_lock(4243)", 0)
+	defer release()
+	return q.exec(ctx, "SELECT pg_advisory_xact_lock(4243)")
+}
+
+// holdLock takes a lock with query in a transaction of its own on p, and
+// holds it until release is called or, with hold > 0, for hold.
+func holdLock(t *testing.T, ctx context.Context, p *driverPath, query string, hold time.Duration) (release func()) {
+	t.Helper()
+	taken, done, stop := make(chan error, 1), make(chan error, 1), make(chan struct{})
+	go func() {
+		done <- p.run(ctx, func(ctx context.Context, q querier) error {
+			err := q.exec(ctx, query)
+			taken <- err
+			if err != nil {
+				return err
+			}
+			timeout := (<-chan time.Time)(nil)
+			if hold > 0 {
+				timeout = time.After(hold)
+			}
+			select {
+			case <-stop:
+			case <-timeout:
+			case <-ctx.Done():
+			}
+			return nil
+		}, txretry.WithMaxAttempts(1))
+	}()
+	if err := <-taken; err != nil {
+		t.Fatalf("hold %q: %v", query, err)
+	}
+	return func() {
+		close(stop)
+		if err := <-done; err != nil {
+			t.Errorf("holder: %v", err)
+		}
+	}
 }

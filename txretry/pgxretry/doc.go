@@ -11,4 +11,14 @@
 // Isolation levels map to pgx's: sql.LevelReadUncommitted, LevelReadCommitted,
 // LevelRepeatableRead (and LevelSnapshot) and LevelSerializable; other levels
 // are rejected with txretry.ErrInvalidOption.
+//
+// One default differs from txretry.RunInTx's: WithLockTimeout is on, at
+// txretry.DefaultLockTimeout (50 ms). A SERIALIZABLE or REPEATABLE READ
+// transaction begins with SET LOCAL lock_timeout, sent with BEGIN in one
+// message, so it costs no round trip; a lock wait that runs out fails the
+// attempt with 55P03 and the attempt is retried, each such attempt doubling
+// the next one's timeout. That ends deadlocks, which PostgreSQL finds only
+// after deadlock_timeout (1 s), in 50 ms. txretry.WithLockTimeout(0) turns
+// it off. A Beginner other than *pgxpool.Pool and *pgx.Conn must honour
+// pgx.TxOptions.BeginQuery for it to apply.
 package pgxretry

@@ -45,8 +45,12 @@ func RunInTx(ctx context.Context, db Beginner, fn func(ctx context.Context, tx p
 	if fn == nil {
 		return fmt.Errorf("%w: nil fn", txretry.ErrInvalidOption)
 	}
-	return txretry.Run(ctx, adapter{db: db, fn: fn}, opts...)
+	return txretry.Run(ctx, adapter{db: db, fn: fn}, append([]txretry.Option{defaultLockTimeout}, opts...)...)
 }
+
+// defaultLockTimeout is RunInTx's default, which the caller's options
+// override: pgx sends the statement with BEGIN, so it costs nothing.
+var defaultLockTimeout = txretry.WithLockTimeout(txretry.DefaultLockTimeout)
 
 // adapter runs pgx transactions in txretry's engine.
 type adapter struct {
@@ -109,7 +113,25 @@ func txOptions(o txretry.TxOptions) (pgx.TxOptions, error) {
 	if o.ReadOnly {
 		opts.AccessMode = pgx.ReadOnly
 	}
+	if o.LockTimeout > 0 {
+		// One simple-protocol message, so no extra round trip: pgx runs
+		// BEGIN's query without arguments that way.
+		opts.BeginQuery = beginSQL(opts) + "; " + keylock.SetLockTimeout(o.LockTimeout)
+	}
 	return opts, nil
+}
+
+// beginSQL is the BEGIN statement of opts, as pgx writes it when
+// BeginQuery is empty.
+func beginSQL(opts pgx.TxOptions) string {
+	s := "begin"
+	if opts.IsoLevel != "" {
+		s += " isolation level " + string(opts.IsoLevel)
+	}
+	if opts.AccessMode != "" {
+		s += " " + string(opts.AccessMode)
+	}
+	return s
 }
 
 // attempt is one pgx attempt.
