@@ -38,11 +38,9 @@
 //     each call writes (the hot row; the two accounts of a transfer).
 //   - txretry-dblocks: txretry-keys plus WithDatabaseKeyLocks, which makes
 //     the keys exclusive across processes through database locks.
-//   - txretry-locktimeout: the defaults plus, on PostgreSQL, SET LOCAL
-//     lock_timeout = 50 (ms) as each attempt's first statement and
-//     WithRetryOn(pgerr.IsLockNotAvailable), so that a deadlock ends after
-//     50 ms instead of PostgreSQL's deadlock_timeout (1 s); on MySQL and
-//     MariaDB, which find deadlocks at once, the same as txretry.
+//   - txretry-nolocktimeout: the defaults with WithLockTimeout(0), as they
+//     were before pgxretry bounded lock waits on PostgreSQL by default; on
+//     MySQL and MariaDB, and through database/sql, the same as txretry.
 //   - once: one attempt, no retry (BEGIN, body, COMMIT).
 //   - immediate: retry at once, up to 10 attempts (hand-written loop).
 //   - fixed10ms: wait 10 ms between attempts, up to 10 attempts.

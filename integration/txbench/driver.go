@@ -77,8 +77,6 @@ type conn interface {
 	// isolation is the level of every transaction: SERIALIZABLE, except
 	// on TiDB (see driverSpec.lockingReads).
 	isolation() sql.IsolationLevel
-	// dialect is the SQL flavour of the server.
-	dialect() dialect
 	close()
 }
 
@@ -183,7 +181,6 @@ func (c *pgxConn) notCommitted(err error) bool { return pgNotCommitted(err) }
 func (c *pgxConn) close()                      { c.pool.Close() }
 
 func (c *pgxConn) isolation() sql.IsolationLevel { return sql.LevelSerializable }
-func (c *pgxConn) dialect() dialect              { return dialectPG }
 
 type pgxTx struct{ tx pgx.Tx }
 
@@ -378,7 +375,6 @@ func (c *sqlConn) notCommitted(err error) bool {
 func (c *sqlConn) close() { _ = c.db.Close() }
 
 func (c *sqlConn) isolation() sql.IsolationLevel { return c.iso }
-func (c *sqlConn) dialect() dialect              { return c.flavor }
 
 type sqlTx struct{ tx *sql.Tx }
 

@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
 
-	"github.com/txretry/txretry/pgerr"
 	"github.com/txretry/txretry/txretry"
 )
 
@@ -38,12 +36,6 @@ type runner struct {
 	loop loopPolicy
 	// keys: each call also names the rows it writes (WithContentionKeys).
 	keys bool
-	// lockTimeout, on PostgreSQL, bounds each attempt's lock waits with
-	// SET LOCAL lock_timeout as its first statement and retries the
-	// attempts it ends (55P03): the recipe of txretry/contention.md for
-	// transactions that can deadlock. MySQL and MariaDB find deadlocks at
-	// once and ignore it.
-	lockTimeout time.Duration
 }
 
 // loopPolicy is a hand-written retry loop: up to attempts attempts, waiting
@@ -60,7 +52,7 @@ var allRunners = []runner{
 	{name: "txretry-budget", kind: kindTxretry, opts: retryBudget(0.2, 10)},
 	{name: "txretry-keys", kind: kindTxretry, keys: true},
 	{name: "txretry-dblocks", kind: kindTxretry, keys: true, opts: options(txretry.WithDatabaseKeyLocks())},
-	{name: "txretry-locktimeout", kind: kindTxretry, lockTimeout: 50 * time.Millisecond},
+	{name: "txretry-nolocktimeout", kind: kindTxretry, opts: options(txretry.WithLockTimeout(0))},
 	{name: "once", kind: kindLoop, loop: loopPolicy{attempts: 1}},
 	{name: "immediate", kind: kindLoop, loop: loopPolicy{attempts: 10}},
 	{name: "fixed10ms", kind: kindLoop, loop: loopPolicy{attempts: 10, delay: constantDelay(10 * time.Millisecond)}},
@@ -108,8 +100,6 @@ type worker struct {
 	wl   *workloadRun
 	r    *runner
 	opts []txretry.Option // kindTxretry
-	// prelude is run first in each attempt of a txretry call ("": none).
-	prelude string
 	rnd     *rand.Rand  // jitter of hand-written loops
 	timer   *time.Timer // waits of hand-written loops, reused
 	st      stats
@@ -128,10 +118,6 @@ func newWorker(idx int, c conn, wl *workloadRun, r *runner, runOpts []txretry.Op
 		w.opts = append(w.opts, txretry.WithIsolation(c.isolation()))
 		w.opts = append(w.opts, runOpts...)
 		w.opts = append(w.opts, txretry.WithObserver(txretry.ObserverFunc(w.observe)))
-		if r.lockTimeout > 0 && c.dialect() == dialectPG {
-			w.prelude = fmt.Sprintf("SET LOCAL lock_timeout = %d", r.lockTimeout.Milliseconds())
-			w.opts = append(w.opts, txretry.WithRetryOn(pgerr.IsLockNotAvailable))
-		}
 	case kindLoop:
 		w.rnd = rand.New(rand.NewPCG(seed, uint64(idx)+1<<40))
 		w.timer = time.NewTimer(time.Hour)
@@ -189,11 +175,6 @@ func (w *worker) call(ctx context.Context, id int64) (outcome, int, error) {
 		}
 		var began time.Time
 		err := w.c.runTxretry(ctx, func(ctx context.Context, q querier) error {
-			if w.prelude != "" {
-				if err := q.exec(ctx, w.prelude); err != nil {
-					return err
-				}
-			}
 			began = time.Now()
 			return body(ctx, q)
 		}, opts)
