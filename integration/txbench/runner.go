@@ -95,14 +95,14 @@ func fullJitter(base, ceiling time.Duration) func(int, float64) time.Duration {
 
 // worker is one closed-loop client of a run.
 type worker struct {
-	idx  int
-	c    conn
-	wl   *workloadRun
-	r    *runner
-	opts []txretry.Option // kindTxretry
-	rnd     *rand.Rand  // jitter of hand-written loops
-	timer   *time.Timer // waits of hand-written loops, reused
-	st      stats
+	idx   int
+	c     conn
+	wl    *workloadRun
+	r     *runner
+	opts  []txretry.Option // kindTxretry
+	rnd   *rand.Rand       // jitter of hand-written loops
+	timer *time.Timer      // waits of hand-written loops, reused
+	st    stats
 
 	attempts int // attempts of the current txretry call, from the observer
 	// began is when the body of the current txretry call's committing
