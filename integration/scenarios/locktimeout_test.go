@@ -159,6 +159,35 @@ func TestLockTimeoutLeavesNowaitAlone(t *testing.T) {
 	})
 }
 
+// TestLockTimeoutOfFnReplacesTheAttempts: a lock_timeout that fn sets
+// itself replaces the attempt's, and its timeouts are retried like the
+// attempt's own while the option is on; with WithLockTimeout(0) fn gets
+// its 55P03 back.
+func TestLockTimeoutOfFnReplacesTheAttempts(t *testing.T) {
+	forEachPath(t, postgresPaths, func(t *testing.T, p *driverPath) {
+		ctx := testContext(t)
+		release := holdLock(t, ctx, p, "SELECT pg_advisory_xact_lock(4244)", 150*time.Millisecond)
+		defer release()
+		fn := func(ctx context.Context, q querier) error {
+			if err := q.exec(ctx, "SET LOCAL lock_timeout = 20"); err != nil {
+				return err
+			}
+			return q.exec(ctx, "SELECT pg_advisory_xact_lock(4244)")
+		}
+		err := p.run(ctx, fn, serializable, txretry.WithLockTimeout(0))
+		if p.d.codeOf(err) != "55P03" {
+			t.Fatalf("with WithLockTimeout(0): RunInTx = %v; want fn's 55P03", err)
+		}
+		var ev events
+		if err := p.run(ctx, fn, serializable, txretry.WithLockTimeout(txretry.DefaultLockTimeout), ev.option()); err != nil {
+			t.Fatalf("with WithLockTimeout: RunInTx = %v", err)
+		}
+		if n := len(ev.of(txretry.AttemptFailed)); n == 0 {
+			t.Errorf("no attempt failed; want fn's 20 ms lock timeouts retried until the lock was free")
+		}
+	})
+}
+
 // TestLockTimeoutWaitsLongerEachAttempt: a lock held for 300 ms is still
 // taken, because each attempt waits twice as long as the one before (50,
 // 100, 200 ms by default): the call commits after a few lock timeouts.
