@@ -6,7 +6,9 @@
 //
 // The transfers conflict on purpose: the database aborts some of them with a
 // serialization failure (SQLSTATE 40001) or a deadlock (40P01, MySQL error
-// 1213), and txretry runs those again. For each database the demo prints the
+// 1213), or pgxretry's lock timeout ends a lock wait (55P03, which on
+// PostgreSQL ends a deadlock in 50 ms rather than the server's 1 s), and
+// txretry runs those again. For each database the demo prints the
 // commits, the failed calls, the attempts, the retryable errors by SQLSTATE
 // or error number (counted by an observer), the elapsed time, and an
 // invariant check: the sum of the balances is unchanged, and every transfer

@@ -126,6 +126,7 @@ func unwrapJoin(err error) []error {
 var codeNames = map[string]string{
 	"40001": "serialization_failure",
 	"40P01": "deadlock_detected",
+	"55P03": "lock_not_available (pgxretry's lock timeout)",
 	"1213":  "ER_LOCK_DEADLOCK",
 }
 
