@@ -54,8 +54,12 @@ func testConflictRetried(t *testing.T, ns dbserver.Namespace, d driver, code str
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	obs := &observer{retries: map[string]int{}}
+	// The rival holds its lock until the test has seen the order wait for
+	// it, which can take longer than pgxretry's default lock timeout
+	// (50 ms): without WithLockTimeout(0) the order could also be retried
+	// on 55P03, by timing.
 	svc, closeService, err := openService(ctx, ns, d, 2,
-		txretry.WithIsolation(sql.LevelSerializable), txretry.WithObserver(obs))
+		txretry.WithIsolation(sql.LevelSerializable), txretry.WithObserver(obs), txretry.WithLockTimeout(0))
 	if err != nil {
 		t.Fatal(err)
 	}
