@@ -41,6 +41,9 @@
 //   - txretry-nolocktimeout: the defaults with WithLockTimeout(0), as they
 //     were before pgxretry bounded lock waits on PostgreSQL by default; on
 //     MySQL and MariaDB, and through database/sql, the same as txretry.
+//   - txretry-locktimeout: the defaults with WithLockTimeout(50 ms), which
+//     is pgxretry's default: on pgxstdlib (database/sql) it adds SET LOCAL
+//     lock_timeout after BEGIN; elsewhere the same as txretry.
 //   - once: one attempt, no retry (BEGIN, body, COMMIT).
 //   - immediate: retry at once, up to 10 attempts (hand-written loop).
 //   - fixed10ms: wait 10 ms between attempts, up to 10 attempts.

@@ -53,6 +53,7 @@ var allRunners = []runner{
 	{name: "txretry-keys", kind: kindTxretry, keys: true},
 	{name: "txretry-dblocks", kind: kindTxretry, keys: true, opts: options(txretry.WithDatabaseKeyLocks())},
 	{name: "txretry-nolocktimeout", kind: kindTxretry, opts: options(txretry.WithLockTimeout(0))},
+	{name: "txretry-locktimeout", kind: kindTxretry, opts: options(txretry.WithLockTimeout(txretry.DefaultLockTimeout))},
 	{name: "once", kind: kindLoop, loop: loopPolicy{attempts: 1}},
 	{name: "immediate", kind: kindLoop, loop: loopPolicy{attempts: 10}},
 	{name: "fixed10ms", kind: kindLoop, loop: loopPolicy{attempts: 10, delay: constantDelay(10 * time.Millisecond)}},
