@@ -20,8 +20,9 @@ type TxOptions struct {
 	// pgerr.IsLockTimeout reports (PostgreSQL: SET LOCAL lock_timeout,
 	// rounded up to whole milliseconds). The engine sets it on attempts
 	// of SERIALIZABLE and REPEATABLE READ transactions under
-	// WithLockTimeout, doubled for each earlier attempt of the call
-	// that it ended; CheckTxOptions sees the option's value. An adapter whose
+	// WithLockTimeout, or when the handle's contention manager armed it,
+	// doubled for each earlier attempt of the call that it ended;
+	// CheckTxOptions sees the option's value. An adapter whose
 	// database finds deadlocks as they form (MySQL, MariaDB) may ignore
 	// it; one that cannot honour it on a database that does not should
 	// reject it in CheckTxOptions.

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 	"weak"
 )
@@ -108,6 +109,9 @@ type ContentionManager struct {
 	admits  uint64                 // attempts admitted
 	pace    time.Duration          // pause after a conflict with another process; 0: none lately
 	pausing int                    // callers that keep their place through such a pause
+	// lockWaitAt is when an attempt last showed lock waits worth ending
+	// (see noteAttempt), in Unix nanoseconds; 0: never.
+	lockWaitAt atomic.Int64
 }
 
 // The manager's tuning, chosen with txbench (see contention.md).

@@ -422,6 +422,7 @@ func (c *call) wait(ctx context.Context, d time.Duration) error {
 func (c *call) attempt(ctx context.Context, n int, queued time.Duration) (res result, dur time.Duration) {
 	t0 := c.cfg.clock.Now()
 	if c.cm != nil {
+		timeouts := c.lockTimeouts
 		defer func() {
 			now := c.cfg.clock.Now()
 			dur = now.Sub(t0)
@@ -429,8 +430,9 @@ func (c *call) attempt(ctx context.Context, n int, queued time.Duration) (res re
 			// lock wait that outlived the deadline, typically a deadlock
 			// PostgreSQL has not detected yet) is congestion too. A panic
 			// in fn is not.
-			conflict := res.kind == resRetryable || (res.kind == resPermanent && ctx.Err() != nil)
-			c.leave(conflict, dur, now)
+			cut := res.kind == resPermanent && ctx.Err() != nil
+			c.cm.noteAttempt(res.err, cut, dur, c.lockTimeouts > timeouts, now)
+			c.leave(res.kind == resRetryable || cut, dur, now)
 		}()
 	}
 	if len(c.cfg.observers) > 0 {
@@ -509,6 +511,9 @@ func (c *call) transaction(ctx context.Context, n int) result {
 // that it ended, on the isolation levels where a lock wait rarely pays.
 func (c *call) attemptOptions() TxOptions {
 	o := c.cfg.txOpts
+	if !c.cfg.lockTimeoutSet && c.cm != nil && c.cm.lockTimeoutArmed(c.cfg.clock.Now()) {
+		o.LockTimeout = DefaultLockTimeout
+	}
 	switch o.Isolation {
 	case sql.LevelSerializable, sql.LevelRepeatableRead, sql.LevelSnapshot:
 		for i := 0; i < c.lockTimeouts && o.LockTimeout > 0 && o.LockTimeout < time.Hour; i++ {

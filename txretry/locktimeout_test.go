@@ -175,3 +175,127 @@ func TestLockTimeoutNeedsAKnownDriver(t *testing.T) {
 		t.Errorf("RunInTx with WithLockTimeout(0) = %v", err)
 	}
 }
+
+// handleAdapter is optsAdapter with a database handle, so that its calls
+// share the handle's default contention manager.
+type handleAdapter struct {
+	optsAdapter
+	h *int
+}
+
+func (a handleAdapter) Handle() any { return a.h }
+
+// TestLockTimeoutArmedByLongLockWaits: without WithLockTimeout, a handle's
+// manager arms DefaultLockTimeout for its SERIALIZABLE and REPEATABLE READ
+// calls once an attempt of at least 250 ms ended in a deadlock or in its
+// caller's context (a lock wait a timeout would have ended), and disarms a
+// minute after the last such attempt or lock timeout.
+func TestLockTimeoutArmedByLongLockWaits(t *testing.T) {
+	ms := time.Millisecond
+	serializable := txretry.WithIsolation(sql.LevelSerializable)
+	tests := []struct {
+		name  string
+		first time.Duration // how long the first call's attempt lasts
+		err   error         // what it ends with; nil: the caller's context ends
+		later time.Duration // from the first call to the second
+		opts  []txretry.Option
+		other bool // the second call is on another handle
+		want  time.Duration
+	}{
+		{"cut by the context", 300 * ms, nil, 0, []txretry.Option{serializable}, false, txretry.DefaultLockTimeout},
+		{"a deadlock after a second", time.Second, errDeadlock, 0, []txretry.Option{serializable}, false, txretry.DefaultLockTimeout},
+		{"repeatable read", 300 * ms, nil, 0, []txretry.Option{txretry.WithIsolation(sql.LevelRepeatableRead)}, false, txretry.DefaultLockTimeout},
+		{"a short cut", 100 * ms, nil, 0, []txretry.Option{serializable}, false, 0},
+		{"a short deadlock", 100 * ms, errDeadlock, 0, []txretry.Option{serializable}, false, 0},
+		{"a long serialization failure", time.Second, errSerialization, 0, []txretry.Option{serializable}, false, 0},
+		{"a minute later", 300 * ms, nil, time.Minute, []txretry.Option{serializable}, false, 0},
+		{"just within the minute", 300 * ms, nil, time.Minute - ms, []txretry.Option{serializable}, false, txretry.DefaultLockTimeout},
+		{"read committed", 300 * ms, nil, 0, []txretry.Option{txretry.WithIsolation(sql.LevelReadCommitted)}, false, 0},
+		{"turned off", 300 * ms, nil, 0, []txretry.Option{serializable, txretry.WithLockTimeout(0)}, false, 0},
+		{"chosen", 300 * ms, nil, 0, []txretry.Option{serializable, txretry.WithLockTimeout(ms)}, false, ms},
+		{"another handle", 300 * ms, nil, 0, []txretry.Option{serializable}, true, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &fakeclock.Clock{}
+			var begun, checked []txretry.TxOptions
+			first := handleAdapter{optsAdapter{begun: &begun, checked: &checked}, new(int)}
+			ctx, cancel := context.WithCancel(context.Background())
+			first.fn = func(context.Context) error {
+				clk.Advance(tt.first)
+				if tt.err != nil {
+					return tt.err
+				}
+				cancel()
+				return ctx.Err()
+			}
+			_ = txretry.Run(ctx, first, txretry.WithClock(clk), serializable, txretry.WithMaxAttempts(1))
+			cancel()
+			clk.Advance(tt.later)
+
+			second := handleAdapter{optsAdapter{begun: &begun, checked: &checked, fn: func(context.Context) error { return nil }}, first.h}
+			if tt.other {
+				second.h = new(int)
+			}
+			begun = nil
+			if err := txretry.Run(context.Background(), second, append([]txretry.Option{txretry.WithClock(clk)}, tt.opts...)...); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if len(begun) != 1 || begun[0].LockTimeout != tt.want {
+				t.Errorf("the second call began with %+v; want LockTimeout %v", begun, tt.want)
+			}
+		})
+	}
+}
+
+// TestLockTimeoutStaysArmedWhileItFires: the armed default applies to the
+// rest of the call that armed it, and every lock timeout it sets off keeps
+// it armed for another minute.
+func TestLockTimeoutStaysArmedWhileItFires(t *testing.T) {
+	clk := &fakeclock.Clock{}
+	opts := []txretry.Option{txretry.WithClock(clk), txretry.WithIsolation(sql.LevelSerializable)}
+	var begun, checked []txretry.TxOptions
+	h := new(int)
+	run := func(fn func(ctx context.Context) error) {
+		t.Helper()
+		begun = nil
+		a := handleAdapter{optsAdapter{begun: &begun, checked: &checked, fn: fn}, h}
+		if err := txretry.Run(context.Background(), a, opts...); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	}
+	// A deadlock found after a second arms it for the call's next attempt.
+	run(func(ctx context.Context) error {
+		if txretry.Attempt(ctx) == 1 {
+			clk.Advance(time.Second)
+			return errDeadlock
+		}
+		return nil
+	})
+	if len(begun) != 2 || begun[0].LockTimeout != 0 || begun[1].LockTimeout != txretry.DefaultLockTimeout {
+		t.Fatalf("attempts began with %+v; want no lock timeout, then the default", begun)
+	}
+	// 50 s later a lock timeout fires (retried, doubled) ...
+	clk.Advance(50 * time.Second)
+	run(func(ctx context.Context) error {
+		if txretry.Attempt(ctx) == 1 {
+			return errLockTimeout
+		}
+		return nil
+	})
+	if len(begun) != 2 || begun[1].LockTimeout != 2*txretry.DefaultLockTimeout {
+		t.Fatalf("attempts began with %+v; want the default, then twice it", begun)
+	}
+	// ... so 30 s after that, 80 s after the deadlock, it is still armed.
+	clk.Advance(30 * time.Second)
+	run(func(context.Context) error { return nil })
+	if begun[0].LockTimeout != txretry.DefaultLockTimeout {
+		t.Errorf("began with %+v; want the default, armed again by the lock timeout", begun)
+	}
+	// A minute without any, and it is not.
+	clk.Advance(time.Minute)
+	run(func(context.Context) error { return nil })
+	if begun[0].LockTimeout != 0 {
+		t.Errorf("began with %+v; want no lock timeout a minute after the last one", begun)
+	}
+}

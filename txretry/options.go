@@ -44,6 +44,7 @@ type config struct {
 	commitTimeout  time.Duration
 	verifyTimeout  time.Duration
 	txOpts         TxOptions // txOpts.LockTimeout: WithLockTimeout, for attempt 1
+	lockTimeoutSet bool      // WithLockTimeout was given: the manager does not arm it
 	classify       func(error) bool
 	clock          Clock
 	rand           func() float64
@@ -211,16 +212,23 @@ func WithVerifyTimeout(d time.Duration) Option {
 // no cost; RunInTx over database/sql sends SET LOCAL as a statement of its
 // own after BEGIN, with pgx's stdlib driver or lib/pq, ignores it on MySQL
 // and MariaDB, which find deadlocks as they form, and rejects it with
-// ErrInvalidOption for another driver. Default: pgxretry.RunInTx
-// DefaultLockTimeout (50 ms); RunInTx and txretry.Run none, since the
-// statement costs a round trip on every attempt.
+// ErrInvalidOption for another driver.
+//
+// Default: pgxretry.RunInTx DefaultLockTimeout (50 ms). RunInTx and
+// txretry.Run, where the statement would cost a round trip on every
+// attempt: none until the handle's contention manager sees an attempt of
+// at least 250 ms end in a deadlock (40P01) or in its caller's context (a
+// lock wait, typically a deadlock PostgreSQL had not found yet), then
+// DefaultLockTimeout until a minute has passed without such an attempt or
+// a lock timeout. The calls that meet the first such deadlock still wait
+// for it.
 func WithLockTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
 			c.fail("WithLockTimeout(%v): d must not be negative (0 turns it off)", d)
 			return
 		}
-		c.txOpts.LockTimeout = d
+		c.txOpts.LockTimeout, c.lockTimeoutSet = d, true
 	}
 }
 

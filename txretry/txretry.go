@@ -55,10 +55,9 @@ type sqlAdapter struct {
 func (a sqlAdapter) Begin(ctx context.Context, o TxOptions) (*SQLTx[*sql.Tx], error) {
 	d := keylock.Unknown
 	if o.LockTimeout > 0 {
-		var err error
-		if d, err = sqlDialect(a.db, "WithLockTimeout"); err != nil {
-			return nil, err
-		}
+		// An unknown driver sets none: CheckTxOptions refused the option
+		// given explicitly, and the manager's armed default is best effort.
+		d, _ = sqlDialect(a.db, "WithLockTimeout")
 	}
 	tx, err := BeginSQL(ctx, func(ctx context.Context) (*sql.Tx, error) {
 		return a.db.BeginTx(ctx, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})

@@ -65,6 +65,58 @@ func TestLockTimeoutEndsADeadlockEarly(t *testing.T) {
 	})
 }
 
+// TestLockTimeoutArmedAfterADeadlock: RunInTx over database/sql sets no
+// lock timeout by default, until its pool's contention manager sees a lock
+// wait worth ending: here a deadlock that PostgreSQL found after its 1 s
+// deadlock_timeout. From then on the pool's SERIALIZABLE calls get
+// DefaultLockTimeout, the deadlock's victim's retry included.
+func TestLockTimeoutArmedAfterADeadlock(t *testing.T) {
+	forEachPath(t, []pathKind{pgxStdlib}, func(t *testing.T, p *driverPath) {
+		ctx := testContext(t)
+		p.setup(t, ctx, crossLockDDL...)
+		setting := func(opts ...txretry.Option) string {
+			var s string
+			if err := p.run(ctx, func(ctx context.Context, q querier) error {
+				return q.queryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&s)
+			}, opts...); err != nil {
+				t.Fatalf("RunInTx: %v", err)
+			}
+			return s
+		}
+		if s := setting(serializable); s != "0" {
+			t.Fatalf("lock_timeout before any deadlock = %q, want 0", s)
+		}
+		c := newCrossLock(false)
+		var ev events
+		errs := c.pair.run(func(i int) error {
+			fn := c.fn(p.d, i)
+			return p.run(ctx, func(ctx context.Context, q querier) error {
+				if err := q.exec(ctx, "SET LOCAL deadlock_timeout = '1s'"); err != nil {
+					return err
+				}
+				return fn(ctx, q)
+			}, serializable, ev.option())
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("RunInTx: %v", err)
+		}
+		failed := ev.of(txretry.AttemptFailed)
+		if len(failed) != 1 || failed[0].Code != "40P01" || failed[0].Duration < time.Second {
+			t.Fatalf("failed attempts = %+v; want one deadlock found after deadlock_timeout", failed)
+		}
+		c.checkApplied(t, ctx, p)
+		if s := setting(serializable); s != "50ms" {
+			t.Errorf("lock_timeout after the deadlock = %q, want 50ms (armed)", s)
+		}
+		if s := setting(txretry.WithIsolation(sql.LevelReadCommitted)); s != "0" {
+			t.Errorf("lock_timeout at READ COMMITTED = %q, want 0", s)
+		}
+		if s := setting(serializable, txretry.WithLockTimeout(0)); s != "0" {
+			t.Errorf("lock_timeout with WithLockTimeout(0) = %q, want 0", s)
+		}
+	})
+}
+
 // TestLockTimeoutSetting reads lock_timeout inside each attempt: set where
 // WithLockTimeout applies (pgxretry by default, database/sql when asked;
 // SERIALIZABLE and REPEATABLE READ only) and left alone elsewhere. Attempts
