@@ -195,7 +195,7 @@ func TestLockTimeoutLeavesNowaitAlone(t *testing.T) {
 	forEachPath(t, postgresPaths, func(t *testing.T, p *driverPath) {
 		ctx := testContext(t)
 		p.setup(t, ctx, crossLockDDL...)
-		release := holdLock(t, ctx, p, "SELECT id FROM accounts WHERE id = 1 FOR UPDATE", 0)
+		release := holdLock(t, ctx, p, "SELECT id FROM accounts WHERE id = 1 FOR UPDATE")
 		defer release()
 		var ev events
 		opts := append(lockTimeoutOpts(p, txretry.DefaultLockTimeout), serializable, ev.option())
@@ -218,8 +218,7 @@ func TestLockTimeoutLeavesNowaitAlone(t *testing.T) {
 func TestLockTimeoutOfFnReplacesTheAttempts(t *testing.T) {
 	forEachPath(t, postgresPaths, func(t *testing.T, p *driverPath) {
 		ctx := testContext(t)
-		release := holdLock(t, ctx, p, "SELECT pg_advisory_xact_lock(4244)", 150*time.Millisecond)
-		defer release()
+		release := holdLock(t, ctx, p, "SELECT pg_advisory_xact_lock(4244)")
 		fn := func(ctx context.Context, q querier) error {
 			if err := q.exec(ctx, "SET LOCAL lock_timeout = 20"); err != nil {
 				return err
@@ -228,42 +227,69 @@ func TestLockTimeoutOfFnReplacesTheAttempts(t *testing.T) {
 		}
 		err := p.run(ctx, fn, serializable, txretry.WithLockTimeout(0))
 		if p.d.codeOf(err) != "55P03" {
+			release()
 			t.Fatalf("with WithLockTimeout(0): RunInTx = %v; want fn's 55P03", err)
 		}
-		var ev events
-		if err := p.run(ctx, fn, serializable, txretry.WithLockTimeout(txretry.DefaultLockTimeout), ev.option()); err != nil {
+		// The lock is released once an attempt has failed on fn's timeout:
+		// the call then commits, having retried it.
+		var failed []txretry.Event
+		released := false
+		observe := txretry.WithObserver(txretry.ObserverFunc(func(_ context.Context, e txretry.Event) {
+			if e.Kind == txretry.AttemptFailed {
+				failed = append(failed, e)
+				if !released {
+					released = true
+					release()
+				}
+			}
+		}))
+		err = p.run(ctx, fn, serializable, txretry.WithLockTimeout(txretry.DefaultLockTimeout), observe)
+		if !released {
+			release()
+		}
+		if err != nil {
 			t.Fatalf("with WithLockTimeout: RunInTx = %v", err)
 		}
-		if n := len(ev.of(txretry.AttemptFailed)); n == 0 {
-			t.Errorf("no attempt failed; want fn's 20 ms lock timeouts retried until the lock was free")
+		if len(failed) != 1 || failed[0].Code != "55P03" || failed[0].Class != txretry.Retryable {
+			t.Errorf("failed attempts = %+v; want fn's lock timeout, retried once", failed)
 		}
 	})
 }
 
-// TestLockTimeoutWaitsLongerEachAttempt: a lock held for 300 ms is still
-// taken, because each attempt waits twice as long as the one before (50,
-// 100, 200 ms by default): the call commits after a few lock timeouts.
+// TestLockTimeoutWaitsLongerEachAttempt: a lock held for long is still
+// taken, because each attempt that the lock timeout ended waits twice as
+// long as the one before (50, 100, 200 ms by default). The holder lets go
+// after the third lock timeout; each failed attempt lasted at least its
+// timeout.
 func TestLockTimeoutWaitsLongerEachAttempt(t *testing.T) {
 	forEachPath(t, postgresPaths, func(t *testing.T, p *driverPath) {
 		ctx := testContext(t)
-		release := holdLock(t, ctx, p, "SELECT pg_advisory_xact_lock(4242)", 300*time.Millisecond)
-		defer release()
-		var ev events
-		opts := append(lockTimeoutOpts(p, txretry.DefaultLockTimeout), serializable, ev.option())
+		release := holdLock(t, ctx, p, "SELECT pg_advisory_xact_lock(4242)")
+		var failed []txretry.Event
+		observe := txretry.WithObserver(txretry.ObserverFunc(func(_ context.Context, e txretry.Event) {
+			if e.Kind == txretry.AttemptFailed {
+				if failed = append(failed, e); len(failed) == 3 {
+					release()
+				}
+			}
+		}))
+		opts := append(lockTimeoutOpts(p, txretry.DefaultLockTimeout), serializable, observe)
 		err := p.run(ctx, func(ctx context.Context, q querier) error {
 			return q.exec(ctx, "SELECT pg_advisory_xact_lock(4242)")
 		}, opts...)
+		if len(failed) < 3 {
+			release()
+		}
 		if err != nil {
 			t.Fatalf("RunInTx: %v", err)
 		}
-		failed := ev.of(txretry.AttemptFailed)
-		for _, e := range failed {
-			if e.Code != "55P03" || e.Class != txretry.Retryable {
-				t.Errorf("failed attempt %+v; want retryable 55P03", e)
-			}
+		if len(failed) != 3 {
+			t.Fatalf("failed attempts = %+v; want 3 lock timeouts", failed)
 		}
-		if len(failed) < 2 {
-			t.Errorf("%d lock timeouts; want at least 2 (50 and 100 ms) before a 300 ms lock is free", len(failed))
+		for i, e := range failed {
+			if least := txretry.DefaultLockTimeout << i; e.Code != "55P03" || e.Class != txretry.Retryable || e.Duration < least {
+				t.Errorf("failed attempt %d: %+v; want a retryable 55P03 after at least %v", i+1, e, least)
+			}
 		}
 	})
 }
@@ -272,14 +298,14 @@ func TestLockTimeoutWaitsLongerEachAttempt(t *testing.T) {
 // transaction (begun with testCtx, so as not to join the attempt) holds an
 // advisory lock that the attempt then waits for.
 func lockTimeout(t *testing.T, testCtx, ctx context.Context, p *driverPath, q querier) error {
-	release := holdLock(t, testCtx, p, "SELECT pg_advisory_xact_lock(4243)", 0)
+	release := holdLock(t, testCtx, p, "SELECT pg_advisory_xact_lock(4243)")
 	defer release()
 	return q.exec(ctx, "SELECT pg_advisory_xact_lock(4243)")
 }
 
 // holdLock takes a lock with query in a transaction of its own on p, and
-// holds it until release is called or, with hold > 0, for hold.
-func holdLock(t *testing.T, ctx context.Context, p *driverPath, query string, hold time.Duration) (release func()) {
+// holds it until release is called (once).
+func holdLock(t *testing.T, ctx context.Context, p *driverPath, query string) (release func()) {
 	t.Helper()
 	taken, done, stop := make(chan error, 1), make(chan error, 1), make(chan struct{})
 	go func() {
@@ -289,13 +315,8 @@ func holdLock(t *testing.T, ctx context.Context, p *driverPath, query string, ho
 			if err != nil {
 				return err
 			}
-			timeout := (<-chan time.Time)(nil)
-			if hold > 0 {
-				timeout = time.After(hold)
-			}
 			select {
 			case <-stop:
-			case <-timeout:
 			case <-ctx.Done():
 			}
 			return nil
