@@ -27,9 +27,9 @@
 //     ones); WithClassifier replaces the classifier. Under WithLockTimeout
 //     (SERIALIZABLE and REPEATABLE READ on PostgreSQL: pgxretry's default,
 //     50 ms; over database/sql armed by the handle's contention manager
-//     after lock waits ended calls), the 55P03 of a lock wait that ran out
-//     of the timeout the attempt set is retried too, whatever the
-//     classifier; NOWAIT's 55P03 is not;
+//     once an attempt of 50 ms or more was lost), the 55P03 of a lock
+//     wait that ran out of the timeout the attempt set is retried too,
+//     whatever the classifier; NOWAIT's 55P03 is not;
 //   - the error came from BEGIN, from fn, or from a COMMIT that the server
 //     answered with an error (PostgreSQL raises 40001 at COMMIT under
 //     SERIALIZABLE): such a COMMIT is a retry point like any statement;

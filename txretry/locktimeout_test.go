@@ -187,8 +187,9 @@ func (a handleAdapter) Handle() any { return a.h }
 
 // TestLockTimeoutArmedByLongLockWaits: without WithLockTimeout, a handle's
 // manager arms DefaultLockTimeout for its SERIALIZABLE and REPEATABLE READ
-// calls once an attempt of at least 250 ms ended in a deadlock or in its
-// caller's context (a lock wait a timeout would have ended), and disarms a
+// calls once an attempt of at least DefaultLockTimeout ended in a
+// serialization failure, a deadlock or its caller's context (an attempt a
+// lock timeout would have cost no more), and disarms a
 // minute after the last such attempt or lock timeout.
 func TestLockTimeoutArmedByLongLockWaits(t *testing.T) {
 	ms := time.Millisecond
@@ -204,10 +205,13 @@ func TestLockTimeoutArmedByLongLockWaits(t *testing.T) {
 	}{
 		{"cut by the context", 300 * ms, nil, 0, []txretry.Option{serializable}, false, txretry.DefaultLockTimeout},
 		{"a deadlock after a second", time.Second, errDeadlock, 0, []txretry.Option{serializable}, false, txretry.DefaultLockTimeout},
+		{"a serialization failure after 50 ms", 50 * ms, errSerialization, 0, []txretry.Option{serializable}, false, txretry.DefaultLockTimeout},
+		{"cut after 50 ms", 50 * ms, nil, 0, []txretry.Option{serializable}, false, txretry.DefaultLockTimeout},
 		{"repeatable read", 300 * ms, nil, 0, []txretry.Option{txretry.WithIsolation(sql.LevelRepeatableRead)}, false, txretry.DefaultLockTimeout},
-		{"a short cut", 100 * ms, nil, 0, []txretry.Option{serializable}, false, 0},
-		{"a short deadlock", 100 * ms, errDeadlock, 0, []txretry.Option{serializable}, false, 0},
-		{"a long serialization failure", time.Second, errSerialization, 0, []txretry.Option{serializable}, false, 0},
+		{"a short cut", 49 * ms, nil, 0, []txretry.Option{serializable}, false, 0},
+		{"a short deadlock", 49 * ms, errDeadlock, 0, []txretry.Option{serializable}, false, 0},
+		{"a short serialization failure", 49 * ms, errSerialization, 0, []txretry.Option{serializable}, false, 0},
+		{"a long error that is not a conflict", time.Second, errors.New("boom"), 0, []txretry.Option{serializable}, false, 0},
 		{"a minute later", 300 * ms, nil, time.Minute, []txretry.Option{serializable}, false, 0},
 		{"just within the minute", 300 * ms, nil, time.Minute - ms, []txretry.Option{serializable}, false, txretry.DefaultLockTimeout},
 		{"read committed", 300 * ms, nil, 0, []txretry.Option{txretry.WithIsolation(sql.LevelReadCommitted)}, false, 0},

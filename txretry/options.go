@@ -217,11 +217,11 @@ func WithVerifyTimeout(d time.Duration) Option {
 // Default: pgxretry.RunInTx DefaultLockTimeout (50 ms). RunInTx and
 // txretry.Run, where the statement would cost a round trip on every
 // attempt: none until the handle's contention manager sees an attempt of
-// at least 250 ms end in a deadlock (40P01) or in its caller's context (a
-// lock wait, typically a deadlock PostgreSQL had not found yet), then
+// at least DefaultLockTimeout end in a serialization failure (40001), a
+// deadlock (40P01) or its caller's context (an attempt the timeout would
+// have cost no more, typically one that waited for a row lock), then
 // DefaultLockTimeout until a minute has passed without such an attempt or
-// a lock timeout. The calls that meet the first such deadlock still wait
-// for it.
+// a lock timeout.
 func WithLockTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {

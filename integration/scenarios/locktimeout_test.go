@@ -119,8 +119,9 @@ func TestLockTimeoutArmedAfterADeadlock(t *testing.T) {
 
 // TestLockTimeoutSetting reads lock_timeout inside each attempt: set where
 // WithLockTimeout applies (pgxretry by default, database/sql when asked;
-// SERIALIZABLE and REPEATABLE READ only) and left alone elsewhere. Attempts
-// 1 and 3 fail with a serialization failure, attempt 2 (where a lock
+// SERIALIZABLE and REPEATABLE READ only; on database/sql also once armed,
+// which a failed attempt of 50 ms or more does) and left alone elsewhere.
+// Attempts 1 and 3 fail with a serialization failure, attempt 2 (where a lock
 // timeout is set) waits for a lock that another transaction holds, until
 // the timeout runs out, which doubles the timeout of attempts 3 and 4. On
 // MySQL and MariaDB the option is accepted and does nothing.
@@ -160,6 +161,7 @@ func TestLockTimeoutSetting(t *testing.T) {
 					want = []string{s, s, s, s}
 				}
 				var got []string
+				var ev events
 				err := p.run(ctx, func(ctx context.Context, q querier) error {
 					var s string
 					if err := q.queryRow(ctx, query).Scan(&s); err != nil {
@@ -176,9 +178,16 @@ func TestLockTimeoutSetting(t *testing.T) {
 						return lockTimeout(t, testCtx, ctx, p, q)
 					}
 					return nil
-				}, tt.opts...)
+				}, append(slices.Clone(tt.opts), ev.option())...)
 				if err != nil {
 					t.Fatalf("RunInTx: %v", err)
+				}
+				if slow := slowFailures(ev.of(txretry.AttemptFailed)); p.name == "pgx-stdlib" && tt.name == "serializable" && slow > 0 {
+					// A failed attempt of 50 ms or more (a stalled machine)
+					// rightly arms database/sql's default, so the rest of
+					// the sequence differs; only the first attempt is known.
+					t.Logf("%d failed attempts lasted %v or more: the default was armed; checking attempt 1 only", slow, txretry.DefaultLockTimeout)
+					want, got = want[:1], got[:1]
 				}
 				if !slices.Equal(got, want) {
 					t.Errorf("lock timeouts in attempts 1-4 = %q, want %q", got, want)
@@ -186,6 +195,18 @@ func TestLockTimeoutSetting(t *testing.T) {
 			})
 		})
 	}
+}
+
+// slowFailures counts the failed attempts that lasted DefaultLockTimeout
+// or more, which arm database/sql's default lock timeout.
+func slowFailures(failed []txretry.Event) int {
+	n := 0
+	for _, e := range failed {
+		if e.Duration >= txretry.DefaultLockTimeout {
+			n++
+		}
+	}
+	return n
 }
 
 // TestLockTimeoutLeavesNowaitAlone: NOWAIT raises the same 55P03 as a lock
