@@ -162,8 +162,9 @@
 // WithXactStatusVerification). A Commit that knows its error proves
 // nothing was committed wraps it with NotCommitted; other COMMIT errors
 // are judged by the rules above. Adapters of libraries built on
-// database/sql (sqlx, bun) get RunInTx's transaction handling from SQLTx
-// and BeginSQL, as sqlxretry and bunretry do. Run has RunInTx's options and
+// database/sql (sqlx, GORM, bun) get RunInTx's transaction handling from
+// SQLTx, BeginSQLOn and CheckSQLTxOptions, as sqlxretry, gormretry and
+// bunretry do. Run has RunInTx's options and
 // semantics; see the Run example.
 //
 // # Panics and leaks

@@ -116,6 +116,13 @@ func TestInvalidInputGivesErrorsNotPanics(t *testing.T) {
 		{"nil db", func() error { return txretry.RunInTx(context.Background(), nil, fn) }},
 		{"nil fn", func() error { return txretry.RunInTx(context.Background(), db, nil) }},
 		{"nil ctx", func() error { return txretry.RunInTx(nil, db, fn) }}, //nolint:staticcheck // testing bad input
+		// A *sql.DB not made by sql.Open, whose Driver method panics.
+		{"zero sql.DB, lock timeout", func() error {
+			return txretry.RunInTx(context.Background(), &sql.DB{}, fn, txretry.WithLockTimeout(time.Second))
+		}},
+		{"zero sql.DB, database key locks", func() error {
+			return txretry.RunInTx(context.Background(), &sql.DB{}, fn, txretry.WithContentionKeys("k"), txretry.WithDatabaseKeyLocks())
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.call(); !errors.Is(err, txretry.ErrInvalidOption) {

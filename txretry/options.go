@@ -209,14 +209,15 @@ func WithVerifyTimeout(d time.Duration) Option {
 // (pgerr.IsLockTimeout), not NOWAIT's 55P03, which is returned as it is;
 // a lock_timeout that fn sets itself replaces the attempt's and is then
 // retried like it. The adapter applies it: pgxretry sends it with BEGIN at
-// no cost; RunInTx over database/sql sends SET LOCAL as a statement of its
-// own after BEGIN, with pgx's stdlib driver or lib/pq, ignores it on MySQL
-// and MariaDB, which find deadlocks as they form, and rejects it with
+// no cost; RunInTx over database/sql (and sqlxretry, gormretry and
+// bunretry, through BeginSQLOn) sends SET LOCAL as a statement of its own
+// after BEGIN, with pgx's stdlib driver or lib/pq, ignores it on MySQL and
+// MariaDB, which find deadlocks as they form, and rejects it with
 // ErrInvalidOption for another driver.
 //
-// Default: pgxretry.RunInTx DefaultLockTimeout (50 ms). RunInTx and
-// txretry.Run, where the statement would cost a round trip on every
-// attempt: none until the handle's contention manager sees an attempt of
+// Default: pgxretry.RunInTx DefaultLockTimeout (50 ms). RunInTx, the
+// adapters above and txretry.Run, where the statement would cost a round
+// trip on every attempt: none until the handle's contention manager sees an attempt of
 // at least DefaultLockTimeout end in a serialization failure (40001), a
 // deadlock (40P01) or its caller's context (an attempt the timeout would
 // have cost no more, typically one that waited for a row lock), then

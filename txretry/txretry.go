@@ -53,22 +53,9 @@ type sqlAdapter struct {
 }
 
 func (a sqlAdapter) Begin(ctx context.Context, o TxOptions) (*SQLTx[*sql.Tx], error) {
-	d := keylock.Unknown
-	if o.LockTimeout > 0 {
-		// An unknown driver sets none: CheckTxOptions refused the option
-		// given explicitly, and the manager's armed default is best effort.
-		d, _ = sqlDialect(a.db, "WithLockTimeout")
-	}
-	tx, err := BeginSQL(ctx, func(ctx context.Context) (*sql.Tx, error) {
+	return BeginSQLOn(ctx, a.db, o, func(ctx context.Context) (*sql.Tx, error) {
 		return a.db.BeginTx(ctx, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
 	})
-	if err == nil {
-		err = setLockTimeout(ctx, d, tx, o)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return tx, nil
 }
 
 func (a sqlAdapter) Call(ctx context.Context, tx *SQLTx[*sql.Tx]) error { return a.fn(ctx, tx.Tx) }
@@ -100,7 +87,8 @@ type SQLTransaction interface {
 // SQLTx is one attempt's transaction for adapters of libraries built on
 // database/sql (RunInTx's own, sqlx, bun): a Tx, with QueryString, over the
 // library's transaction T, which the adapter's Call hands to the caller's
-// function. Begin it with BeginSQL.
+// function. Begin it with BeginSQL, or BeginSQLOn, which also applies
+// the lock timeout.
 //
 // database/sql rolls a transaction back when the context it was begun on
 // ends, and pgx's stdlib driver commits under that context, so BeginSQL

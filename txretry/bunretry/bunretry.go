@@ -53,20 +53,18 @@ type adapter struct {
 // Begin begins with bun's own BeginTx, so that its query hooks see BEGIN
 // and COMMIT as with bun's RunInTx.
 func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*txretry.SQLTx[bunTx], error) {
-	tx, err := txretry.BeginSQL(ctx, func(ctx context.Context) (bunTx, error) {
+	tx, err := txretry.BeginSQLOn(ctx, a.pool, o, func(ctx context.Context) (bunTx, error) {
 		tx, err := a.db.BeginTx(ctx, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
 		return bunTx{tx}, err
 	})
 	return tx, withSQLState(err)
 }
 
-// CheckTxOptions rejects txretry.WithLockTimeout, which bunretry does not
-// apply (txretry.RunInTx and pgxretry do).
+// CheckTxOptions accepts txretry.WithLockTimeout where txretry.RunInTx
+// does: on pgx's stdlib driver, lib/pq and go-sql-driver/mysql (not bun's
+// pgdriver, which is not among the drivers txretry tells apart).
 func (a adapter) CheckTxOptions(o txretry.TxOptions) error {
-	if o.LockTimeout > 0 {
-		return fmt.Errorf("%w: WithLockTimeout is not supported by bunretry", txretry.ErrInvalidOption)
-	}
-	return nil
+	return txretry.CheckSQLTxOptions(a.pool, o)
 }
 
 func (a adapter) Call(ctx context.Context, tx *txretry.SQLTx[bunTx]) error {

@@ -47,7 +47,7 @@ func TestInvalidInput(t *testing.T) {
 		t.Errorf("nil fn: %v", err)
 	}
 	if err := bunretry.RunInTx(ctx, open(t, &fakedb.Driver{}), fn, txretry.WithLockTimeout(time.Second)); !errors.Is(err, txretry.ErrInvalidOption) {
-		t.Errorf("WithLockTimeout, which bunretry does not apply: %v", err)
+		t.Errorf("WithLockTimeout on a driver whose database is unknown: %v", err)
 	}
 }
 

@@ -98,7 +98,7 @@ func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*txretry.SQLTx
 	if a.pool == nil {
 		return nil, fmt.Errorf("%w: the *gorm.DB is in a transaction: RunInTx on it only joins the call that began that transaction, with the context that call's fn received", txretry.ErrInvalidOption)
 	}
-	return txretry.BeginSQL(ctx, func(ctx context.Context) (*sql.Tx, error) {
+	return txretry.BeginSQLOn(ctx, a.pool, o, func(ctx context.Context) (*sql.Tx, error) {
 		return a.pool.BeginTx(ctx, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
 	})
 }
@@ -106,13 +106,11 @@ func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*txretry.SQLTx
 // Call hands fn a session of db on the attempt's transaction, as GORM's
 // Begin makes one: the Statement's ConnPool becomes the transaction (under
 // GORM's prepared-statement cache when db uses one).
-// CheckTxOptions rejects txretry.WithLockTimeout, which gormretry does not
-// apply (txretry.RunInTx and pgxretry do).
+// CheckTxOptions accepts txretry.WithLockTimeout where txretry.RunInTx
+// does: on a pool of pgx's stdlib driver, lib/pq or go-sql-driver/mysql.
 func (a adapter) CheckTxOptions(o txretry.TxOptions) error {
-	if o.LockTimeout > 0 {
-		return fmt.Errorf("%w: WithLockTimeout is not supported by gormretry", txretry.ErrInvalidOption)
-	}
-	return nil
+	pool, _ := a.handle.(txretry.DB) // also for a session in a transaction
+	return txretry.CheckSQLTxOptions(pool, o)
 }
 
 func (a adapter) Call(ctx context.Context, tx *txretry.SQLTx[*sql.Tx]) error {

@@ -58,7 +58,7 @@ func TestInvalidInput(t *testing.T) {
 		t.Errorf("nil fn: %v", err)
 	}
 	if err := gormretry.RunInTx(ctx, db, fn, txretry.WithLockTimeout(time.Second)); !errors.Is(err, txretry.ErrInvalidOption) {
-		t.Errorf("WithLockTimeout, which gormretry does not apply: %v", err)
+		t.Errorf("WithLockTimeout on a driver whose database is unknown: %v", err)
 	}
 	// A *gorm.DB carrying an error: refused, described without its text.
 	secret := errors.New("duplicate entry 'alice@example.com'")

@@ -33,18 +33,15 @@ type adapter struct {
 }
 
 func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*txretry.SQLTx[*sqlx.Tx], error) {
-	return txretry.BeginSQL(ctx, func(ctx context.Context) (*sqlx.Tx, error) {
+	return txretry.BeginSQLOn(ctx, a.db.DB, o, func(ctx context.Context) (*sqlx.Tx, error) {
 		return a.db.BeginTxx(ctx, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
 	})
 }
 
-// CheckTxOptions rejects txretry.WithLockTimeout, which sqlxretry does not
-// apply (txretry.RunInTx and pgxretry do).
+// CheckTxOptions accepts txretry.WithLockTimeout where txretry.RunInTx
+// does: on pgx's stdlib driver, lib/pq and go-sql-driver/mysql.
 func (a adapter) CheckTxOptions(o txretry.TxOptions) error {
-	if o.LockTimeout > 0 {
-		return fmt.Errorf("%w: WithLockTimeout is not supported by sqlxretry", txretry.ErrInvalidOption)
-	}
-	return nil
+	return txretry.CheckSQLTxOptions(a.db.DB, o)
 }
 
 func (a adapter) Call(ctx context.Context, tx *txretry.SQLTx[*sqlx.Tx]) error {

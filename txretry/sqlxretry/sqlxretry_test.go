@@ -254,6 +254,6 @@ func TestInvalidInput(t *testing.T) {
 		t.Errorf("nil fn: %v", err)
 	}
 	if err := sqlxretry.RunInTx(context.Background(), db, fn, txretry.WithLockTimeout(time.Second)); !errors.Is(err, txretry.ErrInvalidOption) {
-		t.Errorf("WithLockTimeout, which sqlxretry does not apply: %v", err)
+		t.Errorf("WithLockTimeout on a driver whose database is unknown: %v", err)
 	}
 }
