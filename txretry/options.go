@@ -222,7 +222,9 @@ func WithVerifyTimeout(d time.Duration) Option {
 // deadlock (40P01) or its caller's context (an attempt the timeout would
 // have cost no more, typically one that waited for a row lock), then
 // DefaultLockTimeout until a minute has passed without such an attempt or
-// a lock timeout.
+// a lock timeout. A hot row arms it too, and then pays the round trip (a
+// tenth of its goodput over database/sql in contention.md's runs): pass
+// WithLockTimeout(0) where transactions cannot deadlock.
 func WithLockTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
