@@ -65,22 +65,35 @@ func lostUpdates(t *testing.T, s *subject, inSavepoint bool) {
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	increment := func(ctx context.Context, q txq) error {
+	// Every worker's first attempt reads before any of them writes, so
+	// the updates conflict whatever the machine's timing (a loaded one
+	// once ran all 24 calls one after another, with no conflict to retry).
+	var read sync.WaitGroup
+	read.Add(workers)
+	increment := func(ctx context.Context, q txq, first *bool) error {
 		v, err := q.one(ctx, "SELECT v FROM counter WHERE id = ?", 1)
 		if err != nil {
 			return err
+		}
+		if *first {
+			*first = false
+			read.Done()
+			if !waitTimeout(&read, 10*time.Second) {
+				return errors.New("the other workers did not read the counter")
+			}
 		}
 		time.Sleep(time.Millisecond) // widen the window
 		return q.exec(ctx, "UPDATE counter SET v = ? WHERE id = ?", v+1, 1)
 	}
 	for range workers {
 		wg.Go(func() {
+			first := true
 			for range each {
 				err := s.run(ctx, func(ctx context.Context, q txq) error {
 					if inSavepoint {
-						return q.savepoint(ctx, increment)
+						return q.savepoint(ctx, func(ctx context.Context, q txq) error { return increment(ctx, q, &first) })
 					}
-					return increment(ctx, q)
+					return increment(ctx, q, &first)
 				}, txretry.WithIsolation(sql.LevelSerializable), txretry.WithoutContentionManager(), seen.option())
 				if err != nil {
 					t.Error(err)
