@@ -103,9 +103,6 @@ func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*txretry.SQLTx
 	})
 }
 
-// Call hands fn a session of db on the attempt's transaction, as GORM's
-// Begin makes one: the Statement's ConnPool becomes the transaction (under
-// GORM's prepared-statement cache when db uses one).
 // CheckTxOptions accepts txretry.WithLockTimeout where txretry.RunInTx
 // does: on a pool of pgx's stdlib driver, lib/pq or go-sql-driver/mysql.
 func (a adapter) CheckTxOptions(o txretry.TxOptions) error {
@@ -113,6 +110,9 @@ func (a adapter) CheckTxOptions(o txretry.TxOptions) error {
 	return txretry.CheckSQLTxOptions(pool, o)
 }
 
+// Call hands fn a session of db on the attempt's transaction, as GORM's
+// Begin makes one: the Statement's ConnPool becomes the transaction (under
+// GORM's prepared-statement cache when db uses one).
 func (a adapter) Call(ctx context.Context, tx *txretry.SQLTx[*sql.Tx]) error {
 	if a.inTx != nil {
 		if !sameTx(a.inTx, tx.Tx) {
