@@ -325,6 +325,25 @@ func TestKeyLocksReleasedOnEveryPath(t *testing.T) {
 			}
 			check(t)
 		})
+		if k.sqlDriver == "pgx" { // MySQL and MariaDB go on after a failed statement
+			t.Run("COMMIT answered with ROLLBACK", func(t *testing.T) {
+				before := p.count(t, ctx, "SELECT n FROM kl_t WHERE id = 1")
+				err := p.run(ctx, func(ctx context.Context, q querier) error {
+					if err := bump(ctx, q); err != nil {
+						return err
+					}
+					_ = q.exec(ctx, "SELECT 1/0") // swallowed: the transaction is aborted
+					return nil
+				}, opts...)
+				if err == nil {
+					t.Fatal("err = nil, want the failure of a COMMIT that rolled back")
+				}
+				if after := p.count(t, ctx, "SELECT n FROM kl_t WHERE id = 1"); after != before {
+					t.Errorf("n went from %d to %d", before, after)
+				}
+				check(t)
+			})
+		}
 		t.Run("fn panic", func(t *testing.T) {
 			func() {
 				defer func() {
