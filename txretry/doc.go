@@ -36,7 +36,7 @@
 //   - the attempt's transaction has been rolled back (or is gone with its
 //     connection) and its connection returned: RunInTx never retries inside
 //     a transaction and never waits while holding one;
-//   - fewer than WithMaxAttempts attempts were made (default 50);
+//   - fewer than WithMaxAttempts attempts were made (default 100);
 //   - the caller's context has not ended;
 //   - the wait and one more attempt, judged by the shortest attempt of this
 //     call so far, fit before the context's deadline and the time budget

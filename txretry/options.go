@@ -13,11 +13,11 @@ const (
 	// DefaultMaxAttempts is the attempt limit, the first attempt included.
 	// It is a guard against a loop, not the bound of a call's time (that
 	// is the context's deadline or WithTimeBudget): when several processes
-	// contend for one row, a call may lose as many rounds as there are
-	// processes, and with 8 processes a limit of 10 failed 0.4-1.1% of the
-	// calls that their 1 s deadline would have let commit. cockroach-go
-	// retries 50 times by default too.
-	DefaultMaxAttempts = 50
+	// contend for one row, a call may lose many rounds in a row to the
+	// process that holds the data: with 8 processes a limit of 10 failed
+	// 0.4-1.1% of the calls that their 1 s deadline would have let commit,
+	// and 50 still failed a few calls in ten thousand (see contention.md).
+	DefaultMaxAttempts = 100
 	// DefaultCommitTimeout bounds COMMIT (and ROLLBACK) once fn has returned.
 	DefaultCommitTimeout = 10 * time.Second
 	// DefaultVerifyTimeout bounds the verification of an uncertain commit.
@@ -111,7 +111,7 @@ func (c *config) fail(format string, args ...any) {
 
 // WithMaxAttempts limits the number of attempts, the first one included:
 // WithMaxAttempts(1) never retries. n < 1 makes the call return an error
-// matching ErrInvalidOption before any attempt. Default: DefaultMaxAttempts (50).
+// matching ErrInvalidOption before any attempt. Default: DefaultMaxAttempts (100).
 func WithMaxAttempts(n int) Option {
 	return func(c *config) {
 		if n < 1 {
