@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
+	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -43,5 +46,22 @@ func TestTransactionOptionsReachTheDriver(t *testing.T) {
 	got := f.drv.Stats().LastTxOptions
 	if err != nil || got.Isolation != driver.IsolationLevel(sql.LevelSerializable) || !got.ReadOnly {
 		t.Fatalf("err=%v options %+v, want serializable read-only", err, got)
+	}
+}
+
+// The README's option table names each default's value beside its
+// constant; a changed constant must change the table too.
+func TestReadmeStatesTheDefaults(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{
+		fmt.Sprintf("| `WithMaxAttempts(n)` | %d (`DefaultMaxAttempts`)", txretry.DefaultMaxAttempts),
+		fmt.Sprintf("| `WithCommitTimeout(d)` | %d s (`DefaultCommitTimeout`)", int(txretry.DefaultCommitTimeout.Seconds())),
+	} {
+		if !strings.Contains(string(readme), row) {
+			t.Errorf("README.md has no row starting %q", row)
+		}
 	}
 }
