@@ -65,7 +65,7 @@ import (
 // same service: such conflicts pace the gate (the caller pauses in its
 // place, for up to 500 µs doubling while they last, at most 100 ms,
 // halving on lone commits, and less as the call ages, not at all once it
-// is 300 ms old), so that several processes on one hot row take turns
+// is 200 ms old), so that several processes on one hot row take turns
 // instead of keeping one attempt each on it. See contention.md.
 //
 // A caller waits for admission before BEGIN and leaves the gate after COMMIT
@@ -158,13 +158,13 @@ const (
 	cmStall        = 20 * time.Millisecond
 	// A pace (see paceLocked) is at least cmMinPace, and at least the
 	// average commit, and at most cmMaxPace; a call cmPacePatience old
-	// no longer pauses. At 8 processes x 4 workers on one hot row, a
-	// patience of 300 ms gave 0-0.1% failed calls and a p99 of 300 ms on
-	// PostgreSQL, 500 ms gave 0% and 430-510 ms, none gave 0.4-1.1% and
-	// 600-750 ms (contention.md).
+	// no longer pauses. At 2-8 processes on one hot row, a patience of
+	// 200 ms gave no failed calls and a p99 of 210-220 ms on PostgreSQL,
+	// 300 ms gave 300-310 ms, none gave 0.4-1.1% failed and 600-750 ms;
+	// 150 ms cost goodput at 8 processes (contention.md).
 	cmMinPace      = 500 * time.Microsecond
 	cmMaxPace      = 100 * time.Millisecond
-	cmPacePatience = 300 * time.Millisecond
+	cmPacePatience = 200 * time.Millisecond
 )
 
 type cmWaiter struct {

@@ -241,8 +241,9 @@ func (st simStats) String() string {
 
 // At 8 processes x 4 workers on one hot row, each process with its own
 // manager, the default manager keeps rounds short and fair: at most 1% of
-// the calls fail, the p99 stays at half the deadline, every process gets a
-// share of the commits, and a commit costs few attempts. Without the pause
+// the calls fail, the p99 stays under 300 ms (the patience, 200 ms, and
+// one more round; a patience of 300 ms gives 320-351 ms), every process
+// gets a share of the commits, and a commit costs few attempts. Without the pause
 // after a lone conflict, 8 managers keep 8 attempts on the row (4 attempts
 // a commit at 4 processes); without its patience, one process captures
 // the row and the others' calls run into their deadline. The simulation is
@@ -262,8 +263,8 @@ func TestContentionReplicasShareOneRow(t *testing.T) {
 			if a := float64(st.attempts) / float64(st.commits); a > 2.5 {
 				t.Errorf("seed %d, %d processes: %.2f attempts a commit, want at most 2.5", seed, p, a)
 			}
-			if q := st.quantile(0.99); q > 500*time.Millisecond {
-				t.Errorf("seed %d, %d processes: p99 %v, want at most 500ms (deadline 1s)", seed, p, q)
+			if q := st.quantile(0.99); q > 300*time.Millisecond {
+				t.Errorf("seed %d, %d processes: p99 %v, want at most 300ms (deadline 1s)", seed, p, q)
 			}
 			if g := float64(st.commits) / 3000; g < 0.7 {
 				t.Errorf("seed %d, %d processes: goodput %.2fx serial, want at least 0.7x", seed, p, g)
