@@ -14,8 +14,8 @@ import (
 // cmMaxPace) and returns a pause of up to the pace, jittered, during which
 // the caller keeps its place: the whole process steps back from the
 // contended data for a while, as a backoff would, while its callers stay
-// in arrival order. A lone commit halves the pace, to none below
-// cmMinPace.
+// in arrival order. A lone commit shrinks the pace by cmPaceDecay, to none
+// below cmMinPace.
 //
 // The pause shrinks with the call's age and is gone once the call is
 // cmPacePatience old: pacing alone lets the process that commits keep
@@ -28,7 +28,7 @@ func (m *ContentionManager) paceLocked(t *cmTicket, conflict bool, now time.Time
 		return 0
 	}
 	if !conflict {
-		if m.pace /= 2; m.pace < cmMinPace {
+		if m.pace = time.Duration(float64(m.pace) * cmPaceDecay); m.pace < cmMinPace {
 			m.pace = 0
 		}
 		return 0

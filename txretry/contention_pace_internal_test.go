@@ -22,9 +22,9 @@ func paceStep(t *testing.T, m *ContentionManager, conflict bool, since, now time
 
 // A lone conflict paces the gate: the pause doubles from cmMinPace (or the
 // average commit) up to cmMaxPace while such conflicts last, a lone commit
-// halves it, and it shrinks with the call's age until, at cmPacePatience,
+// keeps cmPaceDecay of it, and it shrinks with the call's age until, at cmPacePatience,
 // the call retries at once (a pause of 1 ns: in its place, without a wait).
-func TestContentionPaceDoublesHalvesAndShrinksWithAge(t *testing.T) {
+func TestContentionPaceDoublesDecaysAndShrinksWithAge(t *testing.T) {
 	m, _ := NewContentionManager(0)
 	now := time.Unix(1_700_000_000, 0)
 	young := now // a call that has just started: the full pace
@@ -40,7 +40,33 @@ func TestContentionPaceDoublesHalvesAndShrinksWithAge(t *testing.T) {
 		t.Fatalf("a lone commit asked for a pause of %v", got)
 	}
 	if got := paceStep(t, m, true, young, now); got != cmMaxPace {
-		t.Fatalf("after one lone commit the pace doubled back to %v, want %v (halved, then doubled)", got, cmMaxPace)
+		t.Fatalf("after one lone commit the pace doubled back to %v, want %v (decayed, then doubled)", got, cmMaxPace)
+	}
+	// Four lone commits keep 0.8^4 of the pace (halving would keep 1/16),
+	// and the next lone conflict doubles that.
+	for range 4 {
+		paceStep(t, m, false, young, now)
+	}
+	want = time.Duration(2 * float64(cmMaxPace) * cmPaceDecay * cmPaceDecay * cmPaceDecay * cmPaceDecay)
+	if got := paceStep(t, m, true, young, now); got < want-time.Microsecond || got > want+time.Microsecond {
+		t.Fatalf("after four lone commits a lone conflict paused %v, want %v", got, want)
+	}
+	// Enough lone commits end the pace: the next conflict starts again from
+	// the floor (cmMinPace, or the average commit if longer).
+	for range 40 {
+		paceStep(t, m, false, young, now)
+	}
+	m.mu.Lock()
+	pace, floor := m.pace, max(m.avg, cmMinPace)
+	m.mu.Unlock()
+	if pace != 0 {
+		t.Fatalf("after 40 more lone commits the pace is %v, want none", pace)
+	}
+	if got := paceStep(t, m, true, young, now); got != floor {
+		t.Fatalf("the first lone conflict after the pace ended paused %v, want the floor %v", got, floor)
+	}
+	for range 12 { // back to cmMaxPace for the ages below
+		paceStep(t, m, true, young, now)
 	}
 
 	for _, tc := range []struct {

@@ -242,7 +242,7 @@ func (st simStats) String() string {
 // At 8 processes x 4 workers on one hot row, each process with its own
 // manager, the default manager keeps rounds short and fair: at most 1% of
 // the calls fail, the p99 stays under 300 ms (the patience, 200 ms, and
-// one more round; a patience of 300 ms gives 320-351 ms), every process
+// one more round; a patience of 300 ms gives 330-366 ms), every process
 // gets a share of the commits, and a commit costs few attempts. Without the pause
 // after a lone conflict, 8 managers keep 8 attempts on the row (4 attempts
 // a commit at 4 processes); without its patience, one process captures
