@@ -14,8 +14,8 @@ import (
 // cmMaxPace) and returns a pause of up to the pace, jittered, during which
 // the caller keeps its place: the whole process steps back from the
 // contended data for a while, as a backoff would, while its callers stay
-// in arrival order. A lone commit shrinks the pace by cmPaceDecay, to none
-// below cmMinPace.
+// in arrival order. A lone commit multiplies the pace by cmPaceDecay, to
+// none below cmMinPace.
 //
 // The pause shrinks with the call's age and is gone once the call is
 // cmPacePatience old: pacing alone lets the process that commits keep

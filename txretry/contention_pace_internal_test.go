@@ -1,6 +1,7 @@
 package txretry
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -22,8 +23,9 @@ func paceStep(t *testing.T, m *ContentionManager, conflict bool, since, now time
 
 // A lone conflict paces the gate: the pause doubles from cmMinPace (or the
 // average commit) up to cmMaxPace while such conflicts last, a lone commit
-// keeps cmPaceDecay of it, and it shrinks with the call's age until, at cmPacePatience,
-// the call retries at once (a pause of 1 ns: in its place, without a wait).
+// keeps cmPaceDecay of it, and it shrinks with the call's age until, at
+// cmPacePatience, the call retries at once (a pause of 1 ns: in its place,
+// without a wait).
 func TestContentionPaceDoublesDecaysAndShrinksWithAge(t *testing.T) {
 	m, _ := NewContentionManager(0)
 	now := time.Unix(1_700_000_000, 0)
@@ -47,7 +49,7 @@ func TestContentionPaceDoublesDecaysAndShrinksWithAge(t *testing.T) {
 	for range 4 {
 		paceStep(t, m, false, young, now)
 	}
-	want = time.Duration(2 * float64(cmMaxPace) * cmPaceDecay * cmPaceDecay * cmPaceDecay * cmPaceDecay)
+	want = time.Duration(2 * float64(cmMaxPace) * math.Pow(cmPaceDecay, 4))
 	if got := paceStep(t, m, true, young, now); got < want-time.Microsecond || got > want+time.Microsecond {
 		t.Fatalf("after four lone commits a lone conflict paused %v, want %v", got, want)
 	}

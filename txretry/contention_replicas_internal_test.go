@@ -243,11 +243,11 @@ func (st simStats) String() string {
 // manager, the default manager keeps rounds short and fair: at most 1% of
 // the calls fail, the p99 stays under 300 ms (the patience, 200 ms, and
 // one more round; a patience of 300 ms gives 330-366 ms), every process
-// gets a share of the commits, and a commit costs few attempts. Without the pause
-// after a lone conflict, 8 managers keep 8 attempts on the row (4 attempts
-// a commit at 4 processes); without its patience, one process captures
-// the row and the others' calls run into their deadline. The simulation is
-// deterministic: the same seed gives the same figures.
+// gets a share of the commits, and a commit costs few attempts. Without
+// the pause after a lone conflict, 8 managers keep 8 attempts on the row
+// (4 attempts a commit at 4 processes); without its patience, one process
+// captures the row and the others' calls run into their deadline. The
+// simulation is deterministic: the same seed gives the same figures.
 func TestContentionReplicasShareOneRow(t *testing.T) {
 	cost0 := simCost
 	t.Cleanup(func() { simCost = cost0 })
