@@ -44,25 +44,27 @@ func TestContentionPaceDoublesDecaysAndShrinksWithAge(t *testing.T) {
 	if got := paceStep(t, m, true, young, now); got != cmMaxPace {
 		t.Fatalf("after one lone commit the pace doubled back to %v, want %v (decayed, then doubled)", got, cmMaxPace)
 	}
-	// Four lone commits keep 0.8^4 of the pace (halving would keep 1/16),
-	// and the next lone conflict doubles that.
-	for range 4 {
+	// Sixteen lone commits keep 0.9^16 of the pace, as documented
+	// (halving would keep 1/65536, less than cmMinPace; 0.8, 1/36), and the
+	// next lone conflict doubles that.
+	for range 16 {
 		paceStep(t, m, false, young, now)
 	}
-	want = time.Duration(2 * float64(cmMaxPace) * math.Pow(cmPaceDecay, 4))
+	want = time.Duration(2 * float64(cmMaxPace) * math.Pow(0.9, 16))
 	if got := paceStep(t, m, true, young, now); got < want-time.Microsecond || got > want+time.Microsecond {
-		t.Fatalf("after four lone commits a lone conflict paused %v, want %v", got, want)
+		t.Fatalf("after sixteen lone commits a lone conflict paused %v, want %v", got, want)
 	}
 	// Enough lone commits end the pace: the next conflict starts again from
 	// the floor (cmMinPace, or the average commit if longer).
-	for range 40 {
+	n := int(math.Ceil(math.Log(float64(cmMinPace)/float64(cmMaxPace))/math.Log(cmPaceDecay))) + 1
+	for range n {
 		paceStep(t, m, false, young, now)
 	}
 	m.mu.Lock()
 	pace, floor := m.pace, max(m.avg, cmMinPace)
 	m.mu.Unlock()
 	if pace != 0 {
-		t.Fatalf("after 40 more lone commits the pace is %v, want none", pace)
+		t.Fatalf("after %d more lone commits the pace is %v, want none", n, pace)
 	}
 	if got := paceStep(t, m, true, young, now); got != floor {
 		t.Fatalf("the first lone conflict after the pace ended paused %v, want the floor %v", got, floor)
