@@ -54,9 +54,10 @@ func TestContentionPaceDoublesDecaysAndShrinksWithAge(t *testing.T) {
 	if got := paceStep(t, m, true, young, now); got < want-time.Microsecond || got > want+time.Microsecond {
 		t.Fatalf("after sixteen lone commits a lone conflict paused %v, want %v", got, want)
 	}
-	// Enough lone commits end the pace: the next conflict starts again from
-	// the floor (cmMinPace, or the average commit if longer).
-	n := int(math.Ceil(math.Log(float64(cmMinPace)/float64(cmMaxPace))/math.Log(cmPaceDecay))) + 1
+	// Enough lone commits end the pace (100 ms x 0.9^60 is 0.18 ms, under
+	// cmMinPace): the next conflict starts again from the floor
+	// (cmMinPace, or the average commit if longer).
+	const n = 60
 	for range n {
 		paceStep(t, m, false, young, now)
 	}
