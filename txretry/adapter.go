@@ -30,13 +30,7 @@ type TxOptions struct {
 }
 
 // Tx is one attempt's transaction as the engine sees it; Run ends it with
-// Commit or Rollback. An implementation may also have the method
-//
-//	QueryString(ctx context.Context, query string) (s string, valid bool, err error)
-//
-// which runs a query returning one row of one text column (valid is false
-// for NULL); WithXactStatusVerification needs it, and a call with that
-// option on a transaction type without it fails with ErrInvalidOption.
+// Commit or Rollback. It may also be a TxQueryString.
 type Tx interface {
 	// Commit commits within timeout (WithCommitTimeout). ctx carries the
 	// caller's values; COMMIT must not observe its cancellation, since a
@@ -54,50 +48,10 @@ type Tx interface {
 // Adapter plugs a transaction type T into the engine (see Run). It is one
 // call's: it typically holds the database handle and the caller's function.
 //
-// An Adapter may also have any of these methods, which Run discovers with
-// type assertions:
-//
-//	Handle() any
-//
-// identifies the database handle (comparable, typically a pointer): a Run
-// inside another's fn, with the context fn received and an adapter whose
-// Handle is equal, joins the outer transaction instead of beginning one;
-// it also keys the handle's default ContentionManager (see ManagerFor).
-// Without it calls never join, and get no default manager. A nil Handle
-// (or a nil pointer) makes Run return ErrInvalidOption.
-//
-//	ContentionManager() *ContentionManager
-//
-// returns the handle's default manager, nil for none; without the method
-// it is ManagerFor(Handle()).
-//
-//	SingleConn() bool
-//
-// reports a handle of one connection, which a lost COMMIT takes with it:
-// the built-in verifiers then report the commit uncertain at once, instead
-// of waiting for a connection that cannot come.
-//
-//	CheckTxOptions(TxOptions) error
-//
-// rejects options the adapter cannot honour, before any attempt; Run
-// returns its error.
-//
-//	BeginLocked(ctx context.Context, opts TxOptions, keys []string) (T, error)
-//
-// begins like Begin after taking one database lock per key on the
-// connection the transaction then runs on (WithDatabaseKeyLocks; keys come
-// sorted and without duplicates). The locks must be taken before BEGIN,
-// waiting no longer than ctx, and released on the same connection when the
-// transaction's Commit or Rollback has ended it, whatever either returns;
-// a failed BeginLocked releases what it took. A call with
-// WithDatabaseKeyLocks on an adapter without the method fails with
-// ErrInvalidOption before any attempt.
-//
-//	CheckKeyLocks() error
-//
-// rejects WithDatabaseKeyLocks before any attempt when the handle cannot
-// take database locks (an unknown driver, a handle that is not a pool or a
-// connection); Run returns its error.
+// Run finds what else an Adapter does by type assertion, each interface
+// with a default when absent: AdapterHandle, AdapterContentionManager,
+// AdapterSingleConn, AdapterCheckTxOptions, AdapterKeyLocks and
+// AdapterFunc; T may be a TxQueryString.
 type Adapter[T Tx] interface {
 	// Begin starts one attempt's transaction. ctx is the caller's: BEGIN
 	// must end with it, the transaction must not (Run commits after ctx
@@ -107,6 +61,71 @@ type Adapter[T Tx] interface {
 	// Call runs the caller's function on the attempt's transaction, with
 	// the context it must hand that function.
 	Call(ctx context.Context, tx T) error
+}
+
+// TxQueryString is a Tx that runs a query returning one row of one text
+// column (valid is false for NULL), as WithXactStatusVerification needs;
+// without it a call with that option fails with ErrInvalidOption.
+type TxQueryString interface {
+	QueryString(ctx context.Context, query string) (s string, valid bool, err error)
+}
+
+// AdapterHandle is an Adapter that identifies its database handle
+// (comparable, typically a pointer; nil makes Run return ErrInvalidOption):
+// a Run inside another's fn, with the context fn received and an equal
+// Handle, joins the outer transaction instead of beginning one, and the
+// handle keys its default ContentionManager (see ManagerFor). Without it
+// calls never join and get no default manager.
+type AdapterHandle interface {
+	Handle() any
+}
+
+// AdapterContentionManager is an Adapter that returns its handle's default
+// ContentionManager, nil for none. Without it the default is
+// ManagerFor(Handle()).
+type AdapterContentionManager interface {
+	ContentionManager() *ContentionManager
+}
+
+// AdapterSingleConn is an Adapter that reports a handle of one connection,
+// which a lost COMMIT takes with it, so that the built-in verifiers report
+// the commit uncertain at once instead of waiting for a connection that
+// cannot come. Without it the handle counts as a pool.
+type AdapterSingleConn interface {
+	SingleConn() bool
+}
+
+// AdapterCheckTxOptions is an Adapter that rejects, before any attempt,
+// the options it cannot honour; Run returns its error. Without it all
+// options are accepted.
+type AdapterCheckTxOptions interface {
+	CheckTxOptions(TxOptions) error
+}
+
+// AdapterKeyLocks is an Adapter that takes database locks per contention
+// key (WithDatabaseKeyLocks). Without it a call with that option fails with
+// ErrInvalidOption before any attempt.
+type AdapterKeyLocks[T Tx] interface {
+	// CheckKeyLocks rejects WithDatabaseKeyLocks before any attempt when
+	// the handle cannot take database locks (an unknown driver, a handle
+	// that is not a pool or a connection); Run returns its error.
+	CheckKeyLocks() error
+	// BeginLocked begins like Begin after taking one database lock per key
+	// (sorted, without duplicates) on the connection the transaction then
+	// runs on: before BEGIN, waiting no longer than ctx. The locks are
+	// released on that connection once the transaction's Commit or
+	// Rollback has ended it, whatever either returns; a failed BeginLocked
+	// releases what it took.
+	BeginLocked(ctx context.Context, opts TxOptions, keys []string) (T, error)
+}
+
+// AdapterFunc is an Adapter that returns the caller's function (the fn
+// given to RunInTx, pgxretry.RunInTx or the adapter's own Run), itself and
+// not a wrapper: the function's code pointer keys the call's conflict
+// domain in the contention manager when WithLabel names none. Without it
+// all calls on a handle share one domain.
+type AdapterFunc interface {
+	Func() any
 }
 
 // ErrNotCommitted marks a COMMIT error that proves nothing was committed,
@@ -149,14 +168,16 @@ type adapter interface {
 	call(ctx context.Context, tx Tx) error
 	// join runs the function on an enclosing call's transaction.
 	join(ctx context.Context, tx Tx) error
-	handle() (h any, ok bool) // ok: the adapter has a Handle method
+	handle() (h any, ok bool) // ok: the adapter is an AdapterHandle
 	manager() (*ContentionManager, bool)
 	singleConn() bool
 	check(TxOptions) error
 	// beginLocked begins after taking database locks on keys; ok is false
-	// when the adapter has no BeginLocked method.
+	// when the adapter is not an AdapterKeyLocks.
 	beginLocked(ctx context.Context, opts TxOptions, keys []string) (tx Tx, ok bool, err error)
 	checkKeyLocks() error
+	// fn is the caller's function (AdapterFunc), nil when unknown.
+	fn() any
 }
 
 type typed[T Tx] struct{ a Adapter[T] }
@@ -183,38 +204,33 @@ func (t typed[T]) join(ctx context.Context, tx Tx) error {
 }
 
 func (t typed[T]) handle() (any, bool) {
-	if h, ok := t.a.(interface{ Handle() any }); ok {
+	if h, ok := t.a.(AdapterHandle); ok {
 		return h.Handle(), true
 	}
 	return nil, false
 }
 
 func (t typed[T]) manager() (*ContentionManager, bool) {
-	if m, ok := t.a.(interface{ ContentionManager() *ContentionManager }); ok {
+	if m, ok := t.a.(AdapterContentionManager); ok {
 		return m.ContentionManager(), true
 	}
 	return nil, false
 }
 
 func (t typed[T]) singleConn() bool {
-	s, ok := t.a.(interface{ SingleConn() bool })
+	s, ok := t.a.(AdapterSingleConn)
 	return ok && s.SingleConn()
 }
 
 func (t typed[T]) check(o TxOptions) error {
-	if c, ok := t.a.(interface{ CheckTxOptions(TxOptions) error }); ok {
+	if c, ok := t.a.(AdapterCheckTxOptions); ok {
 		return c.CheckTxOptions(o)
 	}
 	return nil
 }
 
-// keyLocker is an Adapter's optional BeginLocked method.
-type keyLocker[T Tx] interface {
-	BeginLocked(ctx context.Context, opts TxOptions, keys []string) (T, error)
-}
-
 func (t typed[T]) beginLocked(ctx context.Context, opts TxOptions, keys []string) (Tx, bool, error) {
-	l, ok := t.a.(keyLocker[T])
+	l, ok := t.a.(AdapterKeyLocks[T])
 	if !ok {
 		return nil, false, nil
 	}
@@ -229,11 +245,16 @@ func (t typed[T]) beginLocked(ctx context.Context, opts TxOptions, keys []string
 }
 
 func (t typed[T]) checkKeyLocks() error {
-	if _, ok := t.a.(keyLocker[T]); !ok {
-		return fmt.Errorf("%w: WithDatabaseKeyLocks: the adapter (%T) cannot take database locks (it has no BeginLocked method)", ErrInvalidOption, t.a)
+	l, ok := t.a.(AdapterKeyLocks[T])
+	if !ok {
+		return fmt.Errorf("%w: WithDatabaseKeyLocks: the adapter (%T) cannot take database locks (it is not an AdapterKeyLocks)", ErrInvalidOption, t.a)
 	}
-	if c, ok := t.a.(interface{ CheckKeyLocks() error }); ok {
-		return c.CheckKeyLocks()
+	return l.CheckKeyLocks()
+}
+
+func (t typed[T]) fn() any {
+	if f, ok := t.a.(AdapterFunc); ok {
+		return f.Func()
 	}
 	return nil
 }

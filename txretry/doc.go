@@ -155,10 +155,12 @@
 // store of your own): implement Tx (Commit and Rollback within a timeout,
 // Exec for the commit marker) and an Adapter[T] with Begin, which starts
 // one attempt's transaction, and Call, which runs your function on it.
-// Optional methods, found by type assertion, add the rest: Handle (nested
-// calls join, and the handle gets a default ContentionManager, see
-// ManagerFor), ContentionManager, SingleConn and CheckTxOptions on the
-// adapter, and QueryString on the transaction (for
+// Small interfaces, found by type assertion, add the rest: AdapterHandle
+// (nested calls join, and the handle gets a default ContentionManager, see
+// ManagerFor), AdapterContentionManager, AdapterSingleConn,
+// AdapterCheckTxOptions, AdapterKeyLocks (WithDatabaseKeyLocks) and
+// AdapterFunc (the contention manager's conflict domain per function) on
+// the adapter, and TxQueryString on the transaction (for
 // WithXactStatusVerification). A Commit that knows its error proves
 // nothing was committed wraps it with NotCommitted; other COMMIT errors
 // are judged by the rules above. Adapters of libraries built on

@@ -1,5 +1,13 @@
 package txretry
 
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+
+	"github.com/txretry/txretry/txretry/internal/keylock"
+)
+
 // WithDatabaseKeyLocks makes the call's contention keys (WithContentionKeys)
 // exclusive across processes too, through locks held by the database, so
 // that replicas of a service that name the same keys take turns on them
@@ -32,10 +40,86 @@ package txretry
 // Supported: RunInTx on a *sql.DB or *sql.Conn whose driver is pgx's
 // stdlib, lib/pq or go-sql-driver/mysql, and pgxretry.RunInTx on a
 // *pgxpool.Pool or *pgx.Conn; with another handle, driver or Adapter (one
-// without BeginLocked), or without WithContentionKeys, the call fails with
-// an error matching ErrInvalidOption before any attempt. Each attempt costs
-// two more statements (lock, release), and a *sql.DB's attempt holds its
-// connection from the lock to the release. Default: off.
+// that is not an AdapterKeyLocks), or without WithContentionKeys, the call
+// fails with an error matching ErrInvalidOption before any attempt. Each
+// attempt costs two more statements (lock, release), and a *sql.DB's
+// attempt holds its connection from the lock to the release. Default: off.
 func WithDatabaseKeyLocks() Option {
 	return func(c *config) { c.dbLocks = true }
 }
+
+// CheckKeyLocks accepts WithDatabaseKeyLocks on a *sql.DB or *sql.Conn of a
+// known driver.
+func (a sqlAdapter) CheckKeyLocks() error {
+	_, err := sqlDialect(a.db, "WithDatabaseKeyLocks")
+	return err
+}
+
+// BeginLocked takes the keys' database locks on one connection (a
+// *sql.DB's is pinned for the attempt), begins the transaction on it and
+// applies the lock timeout as BeginSQLOn does; the transaction's end
+// releases the locks (see WithDatabaseKeyLocks).
+func (a sqlAdapter) BeginLocked(ctx context.Context, o TxOptions, keys []string) (*SQLTx[*sql.Tx], error) {
+	d, err := sqlDialect(a.db, "WithDatabaseKeyLocks")
+	if err != nil {
+		return nil, err
+	}
+	c := sqlLockConn{}
+	switch h := a.db.(type) {
+	case *sql.DB:
+		if c.conn, err = h.Conn(ctx); err != nil {
+			if ctx.Err() != nil {
+				err = context.Cause(ctx)
+			}
+			return nil, err
+		}
+		c.owned = true
+	case *sql.Conn:
+		c.conn = h
+	}
+	l := &keylock.Locks{Conn: c, Dialect: d, IDs: keylock.IDs(keys), Base: ErrInvalidOption}
+	if d == keylock.Postgres {
+		_ = c.conn.Raw(func(dc any) error { l.PID = keylock.BackendPID(dc); return nil })
+	}
+	tx, err := keylock.Begin(ctx, l, func(ctx context.Context) (*SQLTx[*sql.Tx], error) {
+		return BeginSQL(ctx, func(ctx context.Context) (*sql.Tx, error) {
+			return c.conn.BeginTx(ctx, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
+		})
+	}, func(ctx context.Context, tx *SQLTx[*sql.Tx], query string) (s int64, err error) {
+		err = tx.Tx.QueryRowContext(ctx, query).Scan(&s)
+		return
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := setLockTimeout(ctx, d, tx, o); err != nil { // which rolled tx back
+		l.Abandon(ctx)
+		return nil, err
+	}
+	tx.locks = l
+	return tx, nil
+}
+
+// sqlLockConn is the connection of an attempt's locks.
+type sqlLockConn struct {
+	conn  *sql.Conn
+	owned bool // pinned from a *sql.DB for the attempt
+}
+
+func (c sqlLockConn) Row(ctx context.Context, query string) (a, b int64, err error) {
+	var n sql.NullInt64
+	err = c.conn.QueryRowContext(ctx, query).Scan(&n, &b)
+	if !n.Valid {
+		n.Int64 = -1
+	}
+	return n.Int64, b, err
+}
+
+func (c sqlLockConn) Owned() bool { return c.owned }
+
+func (c sqlLockConn) Discard() {
+	_ = c.conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = c.conn.Close()
+}
+
+func (c sqlLockConn) Done() { _ = c.conn.Close() }

@@ -17,8 +17,8 @@ import (
 	"github.com/txretry/txretry/txretry/pgxretry"
 )
 
-// lockingAdapter is storeAdapter with BeginLocked: it records the keys it
-// was asked to lock.
+// lockingAdapter is storeAdapter as an AdapterKeyLocks: it records the
+// keys it was asked to lock.
 type lockingAdapter struct {
 	storeAdapter
 	mu     *sync.Mutex
@@ -35,6 +35,18 @@ func (a lockingAdapter) BeginLocked(ctx context.Context, o txretry.TxOptions, ke
 	a.mu.Lock()
 	*a.locked = append(*a.locked, slices.Clone(keys))
 	a.mu.Unlock()
+	return a.Begin(ctx, o)
+}
+
+func (a lockingAdapter) CheckKeyLocks() error { return nil }
+
+var _ txretry.AdapterKeyLocks[*storeTx] = lockingAdapter{}
+
+// halfLockingAdapter has BeginLocked but not CheckKeyLocks: it is no
+// AdapterKeyLocks.
+type halfLockingAdapter struct{ storeAdapter }
+
+func (a halfLockingAdapter) BeginLocked(ctx context.Context, o txretry.TxOptions, _ []string) (*storeTx, error) {
 	return a.Begin(ctx, o)
 }
 
@@ -107,8 +119,11 @@ func TestDatabaseKeyLocksBadInput(t *testing.T) {
 		{"without keys", "without WithContentionKeys", func() error {
 			return txretry.Run(ctx, newLockingAdapter(fn), txretry.WithDatabaseKeyLocks())
 		}},
-		{"adapter without BeginLocked", "no BeginLocked method", func() error {
+		{"adapter without BeginLocked", "not an AdapterKeyLocks", func() error {
 			return txretry.Run(ctx, storeAdapter{s: new(store), fn: fn}, txretry.WithContentionKeys(key), txretry.WithDatabaseKeyLocks())
+		}},
+		{"adapter without CheckKeyLocks", "not an AdapterKeyLocks", func() error {
+			return txretry.Run(ctx, halfLockingAdapter{storeAdapter{s: new(store), fn: fn}}, txretry.WithContentionKeys(key), txretry.WithDatabaseKeyLocks())
 		}},
 		{"unknown driver, *sql.DB", "is not one of", func() error {
 			return txretry.RunInTx(ctx, db, sqlFn, txretry.WithContentionKeys(key), txretry.WithDatabaseKeyLocks())

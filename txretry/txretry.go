@@ -52,6 +52,16 @@ type sqlAdapter struct {
 	fn func(ctx context.Context, tx *sql.Tx) error
 }
 
+var (
+	_ AdapterHandle                    = sqlAdapter{}
+	_ AdapterContentionManager         = sqlAdapter{}
+	_ AdapterSingleConn                = sqlAdapter{}
+	_ AdapterCheckTxOptions            = sqlAdapter{}
+	_ AdapterKeyLocks[*SQLTx[*sql.Tx]] = sqlAdapter{}
+	_ AdapterFunc                      = sqlAdapter{}
+	_ TxQueryString                    = (*SQLTx[*sql.Tx])(nil)
+)
+
 func (a sqlAdapter) Begin(ctx context.Context, o TxOptions) (*SQLTx[*sql.Tx], error) {
 	return BeginSQLOn(ctx, a.db, o, func(ctx context.Context) (*sql.Tx, error) {
 		return a.db.BeginTx(ctx, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
@@ -61,6 +71,9 @@ func (a sqlAdapter) Begin(ctx context.Context, o TxOptions) (*SQLTx[*sql.Tx], er
 func (a sqlAdapter) Call(ctx context.Context, tx *SQLTx[*sql.Tx]) error { return a.fn(ctx, tx.Tx) }
 
 func (a sqlAdapter) Handle() any { return a.db }
+
+// Func is the caller's fn.
+func (a sqlAdapter) Func() any { return a.fn }
 
 func (a sqlAdapter) ContentionManager() *ContentionManager {
 	switch a.db.(type) {

@@ -50,6 +50,12 @@ type adapter struct {
 	fn   func(ctx context.Context, tx bun.Tx) error
 }
 
+var (
+	_ txretry.AdapterHandle         = adapter{}
+	_ txretry.AdapterCheckTxOptions = adapter{}
+	_ txretry.AdapterFunc           = adapter{}
+)
+
 // Begin begins with bun's own BeginTx, so that its query hooks see BEGIN
 // and COMMIT as with bun's RunInTx.
 func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*txretry.SQLTx[bunTx], error) {
@@ -112,3 +118,6 @@ func (e *sqlStateError) SQLState() string { return e.code }
 // Handle is the *sql.DB under db: the same for db and its clones
 // (WithNamedArg, WithQueryHook), which share one pool.
 func (a adapter) Handle() any { return a.pool }
+
+// Func is the caller's fn (Call wraps its error, not fn).
+func (a adapter) Func() any { return a.fn }

@@ -43,6 +43,13 @@ type adapter struct {
 	fn     func(ctx context.Context, tx *gorm.DB) error
 }
 
+var (
+	_ txretry.AdapterHandle         = adapter{}
+	_ txretry.AdapterSingleConn     = adapter{}
+	_ txretry.AdapterCheckTxOptions = adapter{}
+	_ txretry.AdapterFunc           = adapter{}
+)
+
 func newAdapter(db *gorm.DB, fn func(ctx context.Context, tx *gorm.DB) error) (adapter, error) {
 	if db == nil {
 		return adapter{}, fmt.Errorf("%w: nil *gorm.DB", txretry.ErrInvalidOption)
@@ -145,6 +152,9 @@ func sameTx(c gorm.TxCommitter, tx *sql.Tx) bool {
 // opened on): the same for every Session, WithContext and transaction of
 // one gorm.Open, and the same as txretry.RunInTx's on that pool.
 func (a adapter) Handle() any { return a.handle }
+
+// Func is the caller's fn.
+func (a adapter) Func() any { return a.fn }
 
 func (a adapter) SingleConn() bool {
 	_, ok := a.pool.(*sql.Conn)

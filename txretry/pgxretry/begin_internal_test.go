@@ -1,7 +1,9 @@
 package pgxretry
 
 import (
+	"context"
 	"database/sql"
+	"reflect"
 	"testing"
 	"time"
 
@@ -35,5 +37,15 @@ func TestLockTimeoutIsSentWithBegin(t *testing.T) {
 		if tt.want == "" && (opts.IsoLevel != pgx.Serializable || opts.AccessMode != "") {
 			t.Errorf("txOptions(%+v) = %+v", tt.o, opts)
 		}
+	}
+}
+
+// The adapter reports the caller's fn itself, not the call's wrapper.
+func TestFuncIsTheCallersFn(t *testing.T) {
+	fn := func(context.Context, pgx.Tx) error { return nil }
+	var f txretry.AdapterFunc = adapter{fn: fn}
+	got, ok := f.Func().(func(context.Context, pgx.Tx) error)
+	if !ok || reflect.ValueOf(got).Pointer() != reflect.ValueOf(fn).Pointer() {
+		t.Fatalf("Func() = %T %v, want fn", f.Func(), f.Func())
 	}
 }

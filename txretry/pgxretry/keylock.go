@@ -26,11 +26,11 @@ func (a adapter) CheckKeyLocks() error {
 // is acquired for the attempt) and begins the transaction on it; the
 // transaction's end releases them (see txretry.WithDatabaseKeyLocks).
 func (a adapter) BeginLocked(ctx context.Context, o txretry.TxOptions, keys []string) (*attempt, error) {
-	opts, err := txOptions(o)
-	if err != nil {
+	if _, err := txOptions(o); err != nil {
 		return nil, err
 	}
 	var c lockConn
+	var err error
 	switch h := a.db.(type) {
 	case *pgxpool.Pool:
 		if c.pc, err = h.Acquire(ctx); err != nil {
@@ -44,26 +44,17 @@ func (a adapter) BeginLocked(ctx context.Context, o txretry.TxOptions, keys []st
 	}
 	l := &keylock.Locks{Conn: c, Dialect: keylock.Postgres, IDs: keylock.IDs(keys), Base: txretry.ErrInvalidOption,
 		PID: c.conn.PgConn().PID()}
-	if err := l.Lock(ctx); err != nil {
-		return nil, err
-	}
-	tx, err := c.conn.BeginTx(ctx, opts)
-	if err == nil && l.NeedsTxCheck() {
-		var s int64
-		if err = tx.QueryRow(ctx, keylock.SessionQuery(keylock.Postgres)).Scan(&s); err == nil {
-			err = l.CheckTx(s)
-		}
-		if err != nil {
-			rctx, cancel := shielded(ctx, txretry.DefaultCommitTimeout)
-			_ = tx.Rollback(rctx)
-			cancel()
-		}
-	}
+	at, err := keylock.Begin(ctx, l, func(ctx context.Context) (*attempt, error) {
+		return adapter{db: c.conn}.Begin(ctx, o)
+	}, func(ctx context.Context, at *attempt, query string) (s int64, err error) {
+		err = at.tx.QueryRow(ctx, query).Scan(&s)
+		return
+	})
 	if err != nil {
-		l.Abandon(ctx)
 		return nil, err
 	}
-	return &attempt{tx: tx, locks: l}, nil
+	at.locks = l
+	return at, nil
 }
 
 // lockConn is the connection of an attempt's locks.

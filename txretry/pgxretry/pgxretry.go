@@ -58,6 +58,16 @@ type adapter struct {
 	fn func(ctx context.Context, tx pgx.Tx) error
 }
 
+var (
+	_ txretry.AdapterHandle             = adapter{}
+	_ txretry.AdapterContentionManager  = adapter{}
+	_ txretry.AdapterSingleConn         = adapter{}
+	_ txretry.AdapterCheckTxOptions     = adapter{}
+	_ txretry.AdapterKeyLocks[*attempt] = adapter{}
+	_ txretry.AdapterFunc               = adapter{}
+	_ txretry.TxQueryString             = (*attempt)(nil)
+)
+
 func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*attempt, error) {
 	opts, err := txOptions(o)
 	if err != nil {
@@ -76,6 +86,9 @@ func (a adapter) Call(ctx context.Context, at *attempt) error {
 
 // Handle is db, which may be nil: Run then returns ErrInvalidOption.
 func (a adapter) Handle() any { return a.db }
+
+// Func is the caller's fn itself (Call hands it a recording pgx.Tx).
+func (a adapter) Func() any { return a.fn }
 
 func (a adapter) ContentionManager() *txretry.ContentionManager {
 	switch a.db.(type) {

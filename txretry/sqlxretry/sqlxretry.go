@@ -32,6 +32,12 @@ type adapter struct {
 	fn func(ctx context.Context, tx *sqlx.Tx) error
 }
 
+var (
+	_ txretry.AdapterHandle         = adapter{}
+	_ txretry.AdapterCheckTxOptions = adapter{}
+	_ txretry.AdapterFunc           = adapter{}
+)
+
 func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*txretry.SQLTx[*sqlx.Tx], error) {
 	return txretry.BeginSQLOn(ctx, a.db.DB, o, func(ctx context.Context) (*sqlx.Tx, error) {
 		return a.db.BeginTxx(ctx, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
@@ -51,3 +57,6 @@ func (a adapter) Call(ctx context.Context, tx *txretry.SQLTx[*sqlx.Tx]) error {
 // Handle is the *sql.DB under db: the same for db and its copies
 // (Unsafe, or another sqlx.NewDb on the pool), which share one pool.
 func (a adapter) Handle() any { return a.db.DB }
+
+// Func is the caller's fn.
+func (a adapter) Func() any { return a.fn }

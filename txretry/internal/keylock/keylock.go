@@ -1,8 +1,9 @@
 // Package keylock holds what txretry's adapters share to take database
 // locks per contention key (txretry.WithDatabaseKeyLocks): the mapping of
-// keys to lock ids, the statements of each dialect, and the errors. It
-// knows SQL text, not drivers: each adapter runs the statements on its own
-// connection.
+// keys to lock ids, the statements of each dialect, the errors, and Begin,
+// which takes the locks and begins the transaction after them. It knows SQL
+// text, not drivers: each adapter runs the statements on its own
+// connection (Conn).
 package keylock
 
 import (
@@ -34,8 +35,8 @@ const (
 // stay apart from ids an application derives from the same strings.
 const namespace = "txretry:"
 
-// ID is the lock id of key: FNV-1a 64 of "txretry:"+key, as a bigint.
-func ID(key string) int64 {
+// id is the lock id of key: FNV-1a 64 of "txretry:"+key, as a bigint.
+func id(key string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte(namespace))
 	h.Write([]byte(key))
@@ -48,20 +49,20 @@ func ID(key string) int64 {
 func IDs(keys []string) []int64 {
 	ids := make([]int64, len(keys))
 	for i, k := range keys {
-		ids[i] = ID(k)
+		ids[i] = id(k)
 	}
 	slices.Sort(ids)
 	return slices.Compact(ids)
 }
 
-// Name is the MySQL/MariaDB lock name of id: "txretry:" and 16 hex digits
+// name is the MySQL/MariaDB lock name of id: "txretry:" and 16 hex digits
 // (24 characters, within GET_LOCK's 64). Keys never appear in it, since
 // they may be user data and lock names are visible to every session.
-func Name(id int64) string {
+func name(id int64) string {
 	return namespace + fmt.Sprintf("%016x", uint64(id))
 }
 
-// LockQuery is the statement that takes the locks ids, one after the
+// lockQuery is the statement that takes the locks ids, one after the
 // other in their order (nested CASEs fix the order of evaluation), waiting
 // for each at most until deadline (zero: no deadline): one round trip
 // whatever the number of keys. It returns one row: 1 when every lock was
@@ -72,31 +73,24 @@ func Name(id int64) string {
 // unless the statement runs in that very process: behind a pooler such as
 // PgBouncer, which announces an id of its own, no lock is taken. Ids and
 // names are formatted into the text, never key strings.
-func LockQuery(d Dialect, ids []int64, deadline, now time.Time, pid uint32) string {
-	var b strings.Builder
-	b.WriteString("SELECT ")
+func lockQuery(d Dialect, ids []int64, deadline, now time.Time, pid uint32) string {
+	var cases []string
+	end := " END"
 	if d == MySQL {
 		timeout := mysqlTimeout(deadline, now)
 		for _, id := range ids {
-			b.WriteString("CASE WHEN GET_LOCK('" + Name(id) + "', " + timeout + ") = 1 THEN ")
+			cases = append(cases, "CASE WHEN GET_LOCK('"+name(id)+"', "+timeout+") = 1 THEN ")
 		}
-		b.WriteString("1")
-		b.WriteString(strings.Repeat(" ELSE 0 END", len(ids)))
-		b.WriteString(", CONNECTION_ID()")
-		return b.String()
+		end = " ELSE 0 END"
+	} else {
+		if pid != 0 {
+			cases = append(cases, "CASE WHEN pg_backend_pid() = "+strconv.FormatUint(uint64(pid), 10)+" THEN ")
+		}
+		for _, id := range ids {
+			cases = append(cases, "CASE WHEN pg_advisory_lock("+strconv.FormatInt(id, 10)+")::text IS NOT NULL THEN ")
+		}
 	}
-	cases := len(ids)
-	if pid != 0 {
-		b.WriteString("CASE WHEN pg_backend_pid() = " + strconv.FormatUint(uint64(pid), 10) + " THEN ")
-		cases++
-	}
-	for _, id := range ids {
-		b.WriteString("CASE WHEN pg_advisory_lock(" + strconv.FormatInt(id, 10) + ")::text IS NOT NULL THEN ")
-	}
-	b.WriteString("1")
-	b.WriteString(strings.Repeat(" END", cases))
-	b.WriteString(", pg_backend_pid()")
-	return b.String()
+	return "SELECT " + strings.Join(cases, "") + "1" + strings.Repeat(end, len(cases)) + sessionColumn(d)
 }
 
 // mysqlTimeout is GET_LOCK's timeout in seconds: what is left until the
@@ -112,37 +106,27 @@ func mysqlTimeout(deadline, now time.Time) string {
 	return strconv.FormatFloat(math.Ceil(s*1000)/1000, 'f', 3, 64)
 }
 
-// UnlockQuery is the statement that releases ids, all of them whatever
+// unlockQuery is the statement that releases ids, all of them whatever
 // each one's result; it returns one row: how many this session held, and
 // the session's id.
-func UnlockQuery(d Dialect, ids []int64) string {
-	var b strings.Builder
-	b.WriteString("SELECT ")
+func unlockQuery(d Dialect, ids []int64) string {
+	terms := make([]string, len(ids))
 	for i, id := range ids {
-		if i > 0 {
-			b.WriteString(" + ")
-		}
 		if d == MySQL {
-			b.WriteString("COALESCE(RELEASE_LOCK('" + Name(id) + "'), 0)")
+			terms[i] = "COALESCE(RELEASE_LOCK('" + name(id) + "'), 0)"
 		} else {
-			b.WriteString("pg_advisory_unlock(" + strconv.FormatInt(id, 10) + ")::int")
+			terms[i] = "pg_advisory_unlock(" + strconv.FormatInt(id, 10) + ")::int"
 		}
 	}
-	if d == MySQL {
-		b.WriteString(", CONNECTION_ID()")
-	} else {
-		b.WriteString(", pg_backend_pid()")
-	}
-	return b.String()
+	return "SELECT " + strings.Join(terms, " + ") + sessionColumn(d)
 }
 
-// SessionQuery returns the session's id inside the transaction, to compare
-// with the lock statements'.
-func SessionQuery(d Dialect) string {
+// sessionColumn is the lock statements' last column: the session's id.
+func sessionColumn(d Dialect) string {
 	if d == MySQL {
-		return "SELECT CONNECTION_ID()"
+		return ", CONNECTION_ID()"
 	}
-	return "SELECT pg_backend_pid()"
+	return ", pg_backend_pid()"
 }
 
 // SetLockTimeout returns PostgreSQL's statement that ends each lock wait of
@@ -173,25 +157,6 @@ func Of(v any) Dialect {
 	return Unknown
 }
 
-// Timeout is the error of a lock wait that GET_LOCK ended at the call's
-// deadline: it matches context.DeadlineExceeded.
-func Timeout() error {
-	return fmt.Errorf("txretry: waiting for a database key lock: %w", context.DeadlineExceeded)
-}
-
-// ErrNotSession is matched by the error of an attempt whose locks were not
-// held by the session that ran its transaction.
-var ErrNotSession = errors.New("txretry: database key locks need a database session of their own: " +
-	"the statements of the connection do not all run in its server session, " +
-	"as behind PgBouncer in transaction pooling mode, which cannot keep session locks; " +
-	"connect to the server directly, or drop WithDatabaseKeyLocks")
-
-// NotSession is ErrNotSession marked with base (txretry.ErrInvalidOption),
-// naming the two session ids that differ (not the keys).
-func NotSession(base error, want, got int64) error {
-	return fmt.Errorf("%w: %w (session %d expected, %d found)", base, ErrNotSession, want, got)
-}
-
 // BackendPID returns the backend process id that pgx's stdlib driver
 // connection dc announced at startup (dc.Conn().PgConn().PID(), called by
 // reflection so that no driver is imported), or 0.
@@ -213,10 +178,17 @@ func BackendPID(dc any) uint32 {
 	return uint32(v.Uint())
 }
 
-// LostError is the error of a release that found fewer locks than it took:
-// the session changed (a pooler) or fn released them.
-func LostError(base error, held, took int) error {
-	return fmt.Errorf("%w: %w (released %d of %d locks)", base, ErrNotSession, held, took)
+// ErrNotSession is matched by the error of an attempt whose locks were not
+// held by the session that ran its transaction.
+var ErrNotSession = errors.New("txretry: database key locks need a database session of their own: " +
+	"the statements of the connection do not all run in its server session, " +
+	"as behind PgBouncer in transaction pooling mode, which cannot keep session locks; " +
+	"connect to the server directly, or drop WithDatabaseKeyLocks")
+
+// notSession is ErrNotSession marked with base (txretry.ErrInvalidOption),
+// naming the two session ids that differ (not the keys).
+func notSession(base error, want, got int64) error {
+	return fmt.Errorf("%w: %w (session %d expected, %d found)", base, ErrNotSession, want, got)
 }
 
 // Conn is an attempt's connection as the locks use it.
@@ -245,46 +217,54 @@ type Locks struct {
 	session int64 // the session that took the locks
 }
 
-// Lock takes the locks in order under ctx, in one statement whose waits
-// end with ctx (the driver cancels the statement; GET_LOCK also gets ctx's
-// deadline as its timeout). On failure it gives back what it may have
-// taken: an owned connection is discarded, a caller's one gets the unlock
-// statement.
-func (l *Locks) Lock(ctx context.Context) error {
+// Tx is a transaction that Begin began on the locks' connection.
+type Tx interface {
+	// Rollback rolls it back within timeout, not under ctx's cancellation.
+	Rollback(ctx context.Context, timeout time.Duration) error
+}
+
+// Begin takes l's locks in one statement (lockQuery) whose waits end with
+// ctx (the driver cancels it; GET_LOCK also gets ctx's deadline as its
+// timeout), then begins the transaction on their connection with begin.
+// On PostgreSQL without the connection's startup process id (with it, the
+// lock statement proved the session the connection's own), it compares the
+// session running the transaction, which session reads in it with the
+// query given, with the locks': PgBouncer's transaction mode shows there.
+// On any failure Begin gives back what it took: the transaction is rolled
+// back, the locks abandoned. The caller releases the locks (Release) once
+// the transaction has ended.
+func Begin[T Tx](ctx context.Context, l *Locks, begin func(context.Context) (T, error),
+	session func(ctx context.Context, tx T, query string) (int64, error)) (T, error) {
 	deadline, _ := ctx.Deadline()
-	got, s, err := l.Conn.Row(ctx, LockQuery(l.Dialect, l.IDs, deadline, time.Now(), l.PID))
+	got, s, err := l.Conn.Row(ctx, lockQuery(l.Dialect, l.IDs, deadline, time.Now(), l.PID))
+	var tx T
 	switch {
 	case err != nil:
 		if ctx.Err() != nil {
 			err = context.Cause(ctx)
 		}
 	case got == -1 && l.Dialect == Postgres:
-		err = NotSession(l.Base, int64(l.PID), s)
-	case got != 1:
-		err = Timeout()
+		err = notSession(l.Base, int64(l.PID), s)
+	case got != 1: // GET_LOCK's timeout, which is ctx's deadline
+		err = fmt.Errorf("txretry: waiting for a database key lock: %w", context.DeadlineExceeded)
+	default:
+		l.session = s
+		tx, err = begin(ctx)
+		if err == nil && l.Dialect == Postgres && l.PID == 0 {
+			if s, err = session(ctx, tx, "SELECT pg_backend_pid()"); err == nil && s != l.session {
+				err = notSession(l.Base, l.session, s)
+			}
+			if err != nil {
+				_ = tx.Rollback(ctx, abortTimeout)
+			}
+		}
 	}
 	if err != nil {
 		l.Abandon(ctx)
-		return err
+		var none T
+		return none, err
 	}
-	l.session = s
-	return nil
-}
-
-// NeedsTxCheck reports that the transaction's session must be compared
-// with the locks' (CheckTx): on PostgreSQL when the connection's startup
-// process id is unknown (otherwise the lock statements proved the session
-// is the connection's own, and so is the transaction's).
-func (l *Locks) NeedsTxCheck() bool { return l.Dialect == Postgres && l.PID == 0 }
-
-// CheckTx compares the session running the transaction (the result of
-// SessionQuery inside it) with the one that took the locks: PgBouncer's
-// transaction mode shows here.
-func (l *Locks) CheckTx(session int64) error {
-	if session != l.session {
-		return NotSession(l.Base, l.session, session)
-	}
-	return nil
+	return tx, nil
 }
 
 // Abandon gives the locks back after a failure: an owned connection is
@@ -295,12 +275,13 @@ func (l *Locks) Abandon(ctx context.Context) {
 		l.Conn.Discard()
 		return
 	}
-	_ = l.Release(ctx, releaseTimeout)
+	_ = l.Release(ctx, abortTimeout)
 }
 
-// releaseTimeout bounds the release of locks whose transaction never began
-// (the Tx's commit timeout bounds the others).
-const releaseTimeout = 10 * time.Second
+// abortTimeout bounds the rollback and release of a failed Begin: it is
+// txretry.DefaultCommitTimeout (a transaction's end releases its locks
+// within its own commit timeout).
+const abortTimeout = 10 * time.Second
 
 // Release unlocks every id on the connection, under timeout and not ctx's
 // cancellation, then gives an owned connection back (discarding it when the
@@ -309,9 +290,10 @@ const releaseTimeout = 10 * time.Second
 func (l *Locks) Release(ctx context.Context, timeout time.Duration) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	n, s, err := l.Conn.Row(rctx, UnlockQuery(l.Dialect, l.IDs))
+	n, s, err := l.Conn.Row(rctx, unlockQuery(l.Dialect, l.IDs))
 	if err == nil && (n != int64(len(l.IDs)) || s != l.session) {
-		err = LostError(l.Base, int(n), len(l.IDs))
+		// The session changed (a pooler), or fn released them.
+		err = fmt.Errorf("%w: %w (released %d of %d locks)", l.Base, ErrNotSession, n, len(l.IDs))
 	}
 	if l.Conn.Owned() {
 		if err != nil {

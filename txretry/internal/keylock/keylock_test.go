@@ -18,7 +18,7 @@ var errBase = errors.New("invalid option")
 func TestIDIsFNV1aOfTheNamespacedKey(t *testing.T) {
 	h := fnv.New64a()
 	h.Write([]byte("txretry:account:42"))
-	if got, want := ID("account:42"), int64(h.Sum64()); got != want {
+	if got, want := id("account:42"), int64(h.Sum64()); got != want {
 		t.Fatalf("ID = %d, want %d", got, want)
 	}
 	ids := IDs([]string{"b", "a", "b", "c"})
@@ -26,7 +26,7 @@ func TestIDIsFNV1aOfTheNamespacedKey(t *testing.T) {
 		t.Fatalf("IDs = %v, want 3 sorted ids", ids)
 	}
 	long := strings.Repeat("Q", 1000)
-	if n := Name(ID(long)); len(n) > 64 || strings.Contains(n, "Q") {
+	if n := name(id(long)); len(n) > 64 || strings.Contains(n, "Q") {
 		t.Fatalf("Name = %q: at most 64 characters, without the key", n)
 	}
 }
@@ -34,8 +34,8 @@ func TestIDIsFNV1aOfTheNamespacedKey(t *testing.T) {
 func TestStatementsHoldIdsNotKeys(t *testing.T) {
 	ids := IDs([]string{"user'); DROP TABLE t; --"})
 	for _, q := range []string{
-		LockQuery(Postgres, ids, time.Time{}, time.Time{}, 0), LockQuery(MySQL, ids, time.Time{}, time.Time{}, 0),
-		UnlockQuery(Postgres, ids), UnlockQuery(MySQL, ids),
+		lockQuery(Postgres, ids, time.Time{}, time.Time{}, 0), lockQuery(MySQL, ids, time.Time{}, time.Time{}, 0),
+		unlockQuery(Postgres, ids), unlockQuery(MySQL, ids),
 	} {
 		if strings.Contains(q, "DROP") {
 			t.Fatalf("statement holds the key: %s", q)
@@ -50,7 +50,7 @@ func TestStatementsHoldIdsNotKeys(t *testing.T) {
 		{now.Add(1500 * time.Millisecond), "1.500"},
 		{now.Add(-time.Second), "0.001"}, // 0 would mean "do not wait": the deadline error comes from GET_LOCK's 0
 	} {
-		if q := LockQuery(MySQL, []int64{1}, tc.deadline, now, 0); !strings.Contains(q, ", "+tc.want+")") {
+		if q := lockQuery(MySQL, []int64{1}, tc.deadline, now, 0); !strings.Contains(q, ", "+tc.want+")") {
 			t.Errorf("deadline %v: %s, want timeout %s", tc.deadline, q, tc.want)
 		}
 	}
@@ -84,32 +84,67 @@ func (c *fakeConn) Owned() bool { return c.owned }
 func (c *fakeConn) Discard()    { c.log = append(c.log, "discard") }
 func (c *fakeConn) Done()       { c.log = append(c.log, "done") }
 
+// fakeTx is a transaction begun on a fakeConn.
+type fakeTx struct{ c *fakeConn }
+
+func (t fakeTx) Rollback(context.Context, time.Duration) error {
+	t.c.log = append(t.c.log, "rollback")
+	return nil
+}
+
+// begin runs Begin on l, whose Conn is c: BEGIN fails with beginErr, and
+// the session check, logged, reads session.
+func begin(l *Locks, c *fakeConn, beginErr error, session int64) (fakeTx, error) {
+	return Begin(context.Background(), l, func(context.Context) (fakeTx, error) {
+		c.log = append(c.log, "begin")
+		if beginErr != nil {
+			return fakeTx{}, beginErr
+		}
+		return fakeTx{c}, nil
+	}, func(_ context.Context, tx fakeTx, q string) (int64, error) {
+		c.log = append(c.log, q)
+		return session, nil
+	})
+}
+
 func TestLocksGiveBackWhatTheyTookOnEveryFailure(t *testing.T) {
 	keys := []string{"a", "b", "c"}
 	cancelled := func(int) (int64, int64, error) { return 0, 0, context.Canceled }
+	errBegin := errors.New("BEGIN failed")
+	const check = "SELECT pg_backend_pid()"
 	for _, tc := range []struct {
-		name    string
-		owned   bool
-		lockRow func(n int) (int64, int64, error)
-		want    []string
-		is      error
+		name     string
+		owned    bool
+		lockRow  func(n int) (int64, int64, error)
+		beginErr error
+		session  int64 // what the session check reads
+		want     []string
+		is       error
 	}{
-		{"all taken, released", false, nil, []string{"lock", "unlock 3"}, nil},
-		{"pool conn, released and given back", true, nil, []string{"lock", "unlock 3", "done"}, nil},
-		{"cancelled, caller's conn: every lock released", false, cancelled, []string{"lock", "unlock 3"}, context.Canceled},
-		{"cancelled, pool conn: discarded", true, cancelled, []string{"lock", "discard"}, context.Canceled},
-		{"GET_LOCK timed out", false, func(int) (int64, int64, error) { return 0, 7, nil },
+		{"all taken, released", false, nil, nil, 7, []string{"lock", "begin", check, "unlock 3"}, nil},
+		{"pool conn, released and given back", true, nil, nil, 7, []string{"lock", "begin", check, "unlock 3", "done"}, nil},
+		{"cancelled, caller's conn: every lock released", false, cancelled, nil, 7, []string{"lock", "unlock 3"}, context.Canceled},
+		{"cancelled, pool conn: discarded", true, cancelled, nil, 7, []string{"lock", "discard"}, context.Canceled},
+		{"GET_LOCK timed out", false, func(int) (int64, int64, error) { return 0, 7, nil }, nil, 7,
 			[]string{"lock", "unlock 3"}, context.DeadlineExceeded},
+		{"BEGIN failed, caller's conn", false, nil, errBegin, 7, []string{"lock", "begin", "unlock 3"}, errBegin},
+		{"BEGIN failed, pool conn", true, nil, errBegin, 7, []string{"lock", "begin", "discard"}, errBegin},
+		{"transaction in another session, caller's conn", false, nil, nil, 8,
+			[]string{"lock", "begin", check, "rollback", "unlock 3"}, ErrNotSession},
+		{"transaction in another session, pool conn", true, nil, nil, 8,
+			[]string{"lock", "begin", check, "rollback", "discard"}, ErrNotSession},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &fakeConn{owned: tc.owned, lockRow: tc.lockRow}
 			l := &Locks{Conn: c, Dialect: Postgres, IDs: IDs(keys), Base: errBase}
-			err := l.Lock(context.Background())
+			tx, err := begin(l, c, tc.beginErr, tc.session)
 			if tc.is == nil {
-				if err != nil {
+				if err != nil || tx.c != c {
 					t.Fatal(err)
 				}
 				err = l.Release(context.Background(), time.Second)
+			} else if tx.c != nil {
+				t.Fatal("a failed Begin returned a transaction")
 			}
 			if !errors.Is(err, tc.is) {
 				t.Fatalf("err = %v, want %v", err, tc.is)
@@ -126,12 +161,12 @@ func TestLocksGiveBackWhatTheyTookOnEveryFailure(t *testing.T) {
 func TestLockQueryTakesTheLocksInOrder(t *testing.T) {
 	ids := IDs([]string{"a", "b", "c"})
 	for _, d := range []Dialect{Postgres, MySQL} {
-		q := LockQuery(d, ids, time.Time{}, time.Time{}, 0)
+		q := lockQuery(d, ids, time.Time{}, time.Time{}, 0)
 		last := -1
 		for _, id := range ids {
 			s := strconv.FormatInt(id, 10)
 			if d == MySQL {
-				s = Name(id)
+				s = name(id)
 			}
 			i := strings.Index(q, s)
 			if i <= last {
@@ -148,7 +183,7 @@ func TestReleaseReportsLostLocks(t *testing.T) {
 	for _, row := range [][2]int64{{1, 7}, {2, 8}} {
 		c := &fakeConn{owned: true, unlockRow: func() (int64, int64, error) { return row[0], row[1], nil }}
 		l := &Locks{Conn: c, Dialect: Postgres, IDs: IDs([]string{"a", "b"}), Base: errBase}
-		if err := l.Lock(context.Background()); err != nil {
+		if _, err := begin(l, c, nil, 7); err != nil {
 			t.Fatal(err)
 		}
 		err := l.Release(context.Background(), time.Second)
@@ -157,9 +192,6 @@ func TestReleaseReportsLostLocks(t *testing.T) {
 		}
 		if c.log[len(c.log)-1] != "discard" {
 			t.Fatalf("row %v: log %q, want a discard", row, c.log)
-		}
-		if err := l.CheckTx(8); !errors.Is(err, ErrNotSession) {
-			t.Fatalf("CheckTx(other session) = %v", err)
 		}
 	}
 }
@@ -187,19 +219,25 @@ func TestBackendPIDFollowsPgxStdlibsMethods(t *testing.T) {
 // in that process; a NULL answer (another process: a pooler) takes nothing
 // and fails with ErrNotSession, and no transaction check is needed.
 func TestLockRefusesAnotherProcess(t *testing.T) {
-	if q := LockQuery(Postgres, []int64{5}, time.Time{}, time.Time{}, 4242); !strings.Contains(q, "CASE WHEN pg_backend_pid() = 4242 THEN") {
+	if q := lockQuery(Postgres, []int64{5}, time.Time{}, time.Time{}, 4242); !strings.Contains(q, "CASE WHEN pg_backend_pid() = 4242 THEN") {
 		t.Fatalf("query %s", q)
 	}
 	c := &fakeConn{owned: true, lockRow: func(int) (int64, int64, error) { return -1, 77, nil }}
 	l := &Locks{Conn: c, Dialect: Postgres, IDs: IDs([]string{"a"}), Base: errBase, PID: 4242}
-	if err := l.Lock(context.Background()); !errors.Is(err, ErrNotSession) || !errors.Is(err, errBase) || !strings.Contains(err.Error(), "PgBouncer") {
+	if _, err := begin(l, c, nil, 77); !errors.Is(err, ErrNotSession) || !errors.Is(err, errBase) || !strings.Contains(err.Error(), "PgBouncer") {
 		t.Fatalf("err = %v, want ErrNotSession naming PgBouncer", err)
 	}
 	if !slices.Equal(c.log, []string{"lock", "discard"}) {
 		t.Fatalf("log %q", c.log)
 	}
-	if l.NeedsTxCheck() || !(&Locks{Dialect: Postgres}).NeedsTxCheck() || (&Locks{Dialect: MySQL}).NeedsTxCheck() {
-		t.Fatal("NeedsTxCheck: only PostgreSQL without a startup process id")
+	// The session check runs only on PostgreSQL without a startup process
+	// id.
+	for _, l := range []*Locks{{Dialect: Postgres, PID: 4242}, {Dialect: MySQL}} {
+		c := &fakeConn{}
+		l.Conn, l.IDs, l.Base = c, IDs([]string{"a"}), errBase
+		if _, err := begin(l, c, nil, 99); err != nil || !slices.Equal(c.log, []string{"lock", "begin"}) {
+			t.Fatalf("%+v: err %v, log %q, want no session check", l, err, c.log)
+		}
 	}
 }
 

@@ -9,13 +9,6 @@ import (
 	"github.com/txretry/txretry/txretry/internal/keylock"
 )
 
-// CheckKeyLocks accepts WithDatabaseKeyLocks on a *sql.DB or *sql.Conn of a
-// known driver.
-func (a sqlAdapter) CheckKeyLocks() error {
-	_, err := sqlDialect(a.db, "WithDatabaseKeyLocks")
-	return err
-}
-
 // CheckTxOptions accepts WithLockTimeout where the adapter knows the
 // database: on a *sql.DB or *sql.Conn of a known driver.
 func (a sqlAdapter) CheckTxOptions(o TxOptions) error { return CheckSQLTxOptions(a.db, o) }
@@ -104,78 +97,3 @@ func driverOf(db *sql.DB) (d driver.Driver) {
 	}()
 	return db.Driver()
 }
-
-// BeginLocked takes the keys' database locks on one connection (a
-// *sql.DB's is pinned for the attempt) and begins the transaction on it;
-// the transaction's end releases them (see WithDatabaseKeyLocks).
-func (a sqlAdapter) BeginLocked(ctx context.Context, o TxOptions, keys []string) (*SQLTx[*sql.Tx], error) {
-	d, err := sqlDialect(a.db, "WithDatabaseKeyLocks")
-	if err != nil {
-		return nil, err
-	}
-	c := sqlLockConn{}
-	switch h := a.db.(type) {
-	case *sql.DB:
-		if c.conn, err = h.Conn(ctx); err != nil {
-			if ctx.Err() != nil {
-				err = context.Cause(ctx)
-			}
-			return nil, err
-		}
-		c.owned = true
-	case *sql.Conn:
-		c.conn = h
-	}
-	l := &keylock.Locks{Conn: c, Dialect: d, IDs: keylock.IDs(keys), Base: ErrInvalidOption}
-	if d == keylock.Postgres {
-		_ = c.conn.Raw(func(dc any) error { l.PID = keylock.BackendPID(dc); return nil })
-	}
-	if err := l.Lock(ctx); err != nil {
-		return nil, err
-	}
-	tx, err := BeginSQL(ctx, func(ctx context.Context) (*sql.Tx, error) {
-		return c.conn.BeginTx(ctx, &sql.TxOptions{Isolation: o.Isolation, ReadOnly: o.ReadOnly})
-	})
-	if err == nil && l.NeedsTxCheck() {
-		var s int64
-		if err = tx.Tx.QueryRowContext(ctx, keylock.SessionQuery(d)).Scan(&s); err == nil {
-			err = l.CheckTx(s)
-		}
-		if err != nil {
-			_ = tx.bounded(DefaultCommitTimeout, tx.Tx.Rollback)
-		}
-	}
-	if err == nil {
-		err = setLockTimeout(ctx, d, tx, o)
-	}
-	if err != nil {
-		l.Abandon(ctx)
-		return nil, err
-	}
-	tx.locks = l
-	return tx, nil
-}
-
-// sqlLockConn is the connection of an attempt's locks.
-type sqlLockConn struct {
-	conn  *sql.Conn
-	owned bool // pinned from a *sql.DB for the attempt
-}
-
-func (c sqlLockConn) Row(ctx context.Context, query string) (a, b int64, err error) {
-	var n sql.NullInt64
-	err = c.conn.QueryRowContext(ctx, query).Scan(&n, &b)
-	if !n.Valid {
-		n.Int64 = -1
-	}
-	return n.Int64, b, err
-}
-
-func (c sqlLockConn) Owned() bool { return c.owned }
-
-func (c sqlLockConn) Discard() {
-	_ = c.conn.Raw(func(any) error { return driver.ErrBadConn })
-	_ = c.conn.Close()
-}
-
-func (c sqlLockConn) Done() { _ = c.conn.Close() }
