@@ -85,8 +85,9 @@ func TestConnHandleBuiltInVerifierFailsAtOnce(t *testing.T) {
 }
 
 // A *sql.Conn gets a default contention manager of its own, apart from its
-// *sql.DB's: conflicts on the connection pace its calls (the manager's
-// pauses, not the backoff), and that pace does not carry over to the pool.
+// *sql.DB's: conflicts on the connection close its domain's gate, whose
+// lone conflicts then pause (500 µs, not the backoff), and that does not
+// carry over to the pool, whose first conflict waits the backoff.
 func TestConnHandleHasItsOwnContentionManager(t *testing.T) {
 	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(3, errSerialization)})
 	conn, err := f.db.Conn(context.Background())
@@ -100,15 +101,15 @@ func TestConnHandleHasItsOwnContentionManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	onConn := f.clock.Waits()
-	if len(onConn) != 3 || onConn[2] < onConn[0]*3 || onConn[0] > 500*time.Microsecond {
-		t.Fatalf("waits on the conn %v, want three pauses doubling from 500µs (a manager's)", onConn)
+	if len(onConn) != 2 || onConn[0] != 2*time.Millisecond || onConn[1] > 500*time.Microsecond || onConn[1] < 400*time.Microsecond {
+		t.Fatalf("waits on the conn %v, want the backoff's 2ms, then (the gate closed) a pause of 500µs", onConn)
 	}
-	// The pool's manager has seen no conflict: its first pause starts over.
+	// The pool's manager has seen no conflict: its domain is open.
 	f.drv.OnExec = failFirst(5, errSerialization) // execs 1-4 ran on the conn: the pool's first exec fails
 	if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), opts...); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.clock.Waits()[3:]; len(got) != 1 || got[0] > 500*time.Microsecond {
-		t.Fatalf("wait on the pool %v, want one pause of at most 500µs: the conn's pace must not carry over", got)
+	if got := f.clock.Waits()[2:]; len(got) != 1 || got[0] != 2*time.Millisecond {
+		t.Fatalf("wait on the pool %v, want the backoff's 2ms: the conn's closed gate must not carry over", got)
 	}
 }

@@ -1,198 +1,303 @@
 package txretry
 
-// The gate: admission in arrival order, the queue, and the stall watch.
-// See contention.md.
+// A conflict domain's gate: when it closes, how it admits, how wide it is,
+// and the pace after conflicts with other processes. See contention.md.
 
 import (
 	"context"
+	"math"
+	"math/rand/v2"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// tryAcquire admits at once if the gate has room and nobody is waiting.
-func (m *ContentionManager) tryAcquire(t *cmTicket) bool {
-	m.mu.Lock()
-	m.arrival(&t.arrival)
-	ok := m.admitLocked(t)
-	m.mu.Unlock()
-	return ok
+// The gate's tuning, chosen with txbench (see contention.md).
+const (
+	// cmAlpha is the weight of one attempt in a domain's moving average of
+	// conflicts (about 16 attempts).
+	cmAlpha = 1.0 / 16
+	// cmMaxRate: a domain whose moving average of conflicts exceeds it
+	// closes its gate, and a conflict above it halves the width. Below
+	// it a conflict only restarts the streak: InnoDB's transfers among
+	// ten accounts commit most at widths 2-3 with 8% of attempts
+	// deadlocked.
+	cmMaxRate = 1.0 / 10
+	// cmStreak commits per unit of width, without a conflict, double the
+	// width; each narrowing in a row doubles that, up to 2^cmMaxFails.
+	cmStreak   = 16
+	cmMaxFails = 6
+	// cmStall: a gate that admits nobody for this long while callers
+	// queue widens by one. Longer than the longest pause, which holds
+	// the gate still on purpose.
+	cmStall = 2 * cmMaxPace
+	// A pace is at least cmMinPace and at most cmMaxPace; a call
+	// cmPacePatience old no longer pauses; a lone commit keeps
+	// cmPaceDecay of the pace.
+	cmMinPace      = 500 * time.Microsecond
+	cmMaxPace      = 100 * time.Millisecond
+	cmPacePatience = 200 * time.Millisecond
+	cmPaceDecay    = 0.9
+)
+
+// arrivals numbers calls at their first wait at a gate: a retry goes
+// before every call that arrived after its own.
+var arrivals atomic.Uint64
+
+// cmDomain is one conflict domain of a manager.
+type cmDomain struct {
+	m       *ContentionManager
+	gated   atomic.Bool  // attempts wait at the gate; false: they go straight in
+	commits atomic.Int64 // ungated commits not yet counted in rate
+	mu      sync.Mutex   // guards the rest
+	rate    float64      // moving average of the attempts' conflicts (0 or 1 each)
+	width   int          // attempts admitted at once
+	inUse   int          // attempts admitted, and callers pausing in their place
+	queue   []*cmWaiter  // by arrival
+	streak  int          // commits since the width last changed or a conflict
+	fails   int          // narrowings since the gate closed, up to cmMaxFails
+	admits  uint64       // attempts admitted through the gate
+	pace    time.Duration
 }
 
-// admitLocked admits t at once if the gate has room and nobody is waiting,
-// recording the epoch it was admitted at.
-func (m *ContentionManager) admitLocked(t *cmTicket) bool {
-	if m.max == 0 { // the zero value: as NewContentionManager(0)
-		m.width, m.max = 1, DefaultContentionWidth
-	}
-	if len(m.waiters) == 0 && float64(m.inUse) < m.width {
-		m.enterLocked(t)
-		return true
-	}
-	return false
+type cmWaiter struct {
+	ready   chan struct{}
+	arrival uint64
+	granted bool
+	admit   uint64 // the domain's admits when granted
+	alone   bool   // no other attempt was in when granted
 }
 
-// enterLocked takes a place in the gate for t's attempt.
-func (m *ContentionManager) enterLocked(t *cmTicket) {
-	t.alone = m.inUse == 0
-	m.inUse++
-	m.admits++
-	t.epoch, t.admit = m.epoch, m.admits
+// admission is a call's standing with its manager: its domain's gate, or
+// its keys. The call's loop uses only these three methods.
+type admission interface {
+	// enter waits until the call's next attempt may begin, or ctx ends,
+	// or limit (real time; negative: none) passes; waited says whether
+	// the call queued.
+	enter(ctx context.Context, limit time.Duration) (waited bool, err error)
+	// done leaves after an attempt. It returns a pause that the call
+	// takes in its place before entering again (0: none), and whether
+	// the manager spaces the next attempt (if not, the backoff does).
+	done(conflict bool, now time.Time) (pause time.Duration, spaced bool)
+	// cancel gives back what the call holds: an admission whose attempt
+	// does not run, or its place during a pause. Afterwards it is a no-op.
+	cancel()
 }
 
-// arrival numbers a call at its first request for admission; *n is 0 until
-// then.
-func (m *ContentionManager) arrival(n *uint64) {
-	if *n == 0 {
-		m.arrived++
-		*n = m.arrived
-	}
+// cmTurn is a call's standing in a domain; one call's, never shared.
+type cmTurn struct {
+	d       *cmDomain
+	since   time.Time // the call's start, for the pace's patience
+	rand    func() float64
+	arrival uint64 // 0 until the call first waits
+	admit   uint64 // the domain's admits when this attempt entered; 0: it went straight in
+	alone   bool   // no other attempt was in when this one entered
+	held    bool   // the call holds a place (an attempt, or a pause)
 }
 
-// acquire waits for admission in the order the calls arrived (a retry
-// goes before every call that arrived after its own), or until ctx ends.
-// t numbers the call and records the admission. The caller at the head of
-// the queue times, on clock, the stalls that widen the gate (see
-// stalledLocked).
-func (m *ContentionManager) acquire(ctx context.Context, t *cmTicket, clock Clock) error {
-	m.mu.Lock()
-	m.arrival(&t.arrival)
-	if m.admitLocked(t) {
-		m.mu.Unlock()
-		return nil
+func (t *cmTurn) enter(ctx context.Context, limit time.Duration) (bool, error) {
+	d := t.d
+	if t.held { // kept its place through a pause: in at once
+		d.mu.Lock()
+		d.admits++
+		t.admit, t.alone = d.admits, d.inUse == 1
+		d.mu.Unlock()
+		return false, nil
 	}
-	w := &cmWaiter{ready: make(chan struct{}), head: make(chan struct{}), arrival: t.arrival}
-	i := len(m.waiters)
-	for i > 0 && m.waiters[i-1].arrival > w.arrival {
-		i--
+	w := t.join()
+	if w == nil {
+		return false, nil
 	}
-	m.waiters = slices.Insert(m.waiters, i, w)
-	m.watchHeadLocked()
-	m.mu.Unlock()
-	var (
-		stall  Timer
-		stallC <-chan time.Time
-		mark   cmMark
-		head   = w.head
-	)
+	d.mu.Lock()
+	mark := d.admits
+	d.mu.Unlock()
+	ctx, cancel := bounded(ctx, limit)
+	defer cancel()
+	stall := time.NewTimer(cmStall)
+	defer stall.Stop()
 	for {
 		select {
 		case <-w.ready:
-			stopTimer(stall)
-			t.epoch, t.admit, t.alone = w.admitted.epoch, w.admitted.admit, w.admitted.alone
-			return nil
+			t.admit, t.alone, t.held = w.admit, w.alone, true
+			return true, nil
 		case <-ctx.Done():
-			stopTimer(stall)
-			m.mu.Lock()
-			if w.granted {
-				// Admitted while giving up: pass the place on.
-				m.inUse--
-				m.grantLocked()
-			} else {
-				m.waiters = slices.DeleteFunc(m.waiters, func(x *cmWaiter) bool { return x == w })
-				m.watchHeadLocked()
+			d.leave(w)
+			return true, context.Cause(ctx)
+		case <-stall.C:
+			d.mu.Lock()
+			if d.admits == mark && len(d.queue) > 0 && d.queue[0] == w {
+				d.width++ // stood still: the attempts inside may wait for the callers outside
+				d.grantLocked()
 			}
-			m.mu.Unlock()
-			return context.Cause(ctx)
-		case <-head: // at the head of the queue: watch for stalls
-			head = nil
-		case <-stallC:
-			m.mu.Lock()
-			if m.markLocked() == mark {
-				m.stalledLocked(clock.Now())
-			}
-			granted := w.granted
-			m.mu.Unlock()
-			if granted {
-				continue // ready is closed: the next select returns
-			}
+			mark = d.admits
+			d.mu.Unlock()
+			stall.Reset(cmStall)
 		}
-		// Watch the next step from what the gate looks like now.
-		m.mu.Lock()
-		mark = m.markLocked()
-		step := m.stallStep()
-		m.mu.Unlock()
-		stall = clock.NewTimer(step)
-		stallC = stall.C()
 	}
 }
 
-func stopTimer(t Timer) {
-	if t != nil {
-		t.Stop()
+// join admits t at once if its domain is open, or its gate has room and
+// nobody waits (it returns nil), or queues it by its call's arrival and
+// returns its waiter.
+func (t *cmTurn) join() *cmWaiter {
+	d := t.d
+	t.admit = 0
+	if !d.gated.Load() {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.gated.Load() {
+		return nil
+	}
+	if t.arrival == 0 {
+		t.arrival = arrivals.Add(1)
+	}
+	if len(d.queue) == 0 && d.inUse < d.width {
+		t.admit, t.alone = d.enterLocked()
+		t.held = true
+		return nil
+	}
+	w := &cmWaiter{ready: make(chan struct{}), arrival: t.arrival}
+	i := len(d.queue)
+	for i > 0 && d.queue[i-1].arrival > w.arrival {
+		i--
+	}
+	d.queue = slices.Insert(d.queue, i, w)
+	return w
+}
+
+// leave takes a waiter that gives up out of the queue, or, if it was
+// admitted meanwhile, passes its place on.
+func (d *cmDomain) leave(w *cmWaiter) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if w.granted {
+		d.inUse--
+		d.grantLocked()
+	} else {
+		d.queue = slices.DeleteFunc(d.queue, func(x *cmWaiter) bool { return x == w })
 	}
 }
 
-// cmMark is what moves in the gate: its width, and the attempts that left.
-type cmMark struct{ epoch, left uint64 }
-
-func (m *ContentionManager) markLocked() cmMark { return cmMark{m.epoch, m.left} }
-
-// stallStep is how long the gate may stand still, with callers queued,
-// before it widens: cmStallCommits usual commits, at least cmStall.
-func (m *ContentionManager) stallStep() time.Duration {
-	return max(cmStallCommits*m.avg, cmStall)
-}
-
-// watchHeadLocked tells the caller at the head of the queue to watch for
-// stalls; a caller that was at the head before a retry went ahead of it
-// keeps watching, which does no harm, since a stall widens once per step.
-func (m *ContentionManager) watchHeadLocked() {
-	if len(m.waiters) > 0 && !m.waiters[0].watching {
-		m.waiters[0].watching = true
-		close(m.waiters[0].head)
+// bounded is ctx ending after limit too (negative: never).
+func bounded(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc) {
+	if limit < 0 {
+		return ctx, func() {}
 	}
+	return context.WithTimeout(ctx, limit)
 }
 
-// stalledLocked widens a gate that stood still for a step while callers
-// queued: no attempt left it and its width did not change. The attempts
-// inside may be waiting for the callers outside (as in a test that forces
-// a deadlock between two calls), or for something outside the database;
-// either way the queue would otherwise wait until its deadlines. During
-// slow start the width doubles; after it, the widening is a probe, undone
-// as the other widenings are (see the type's documentation).
-func (m *ContentionManager) stalledLocked(now time.Time) {
-	if len(m.waiters) == 0 || m.width >= m.max || m.pausing > 0 {
-		return // a pause keeps the gate still on purpose
-	}
-	if m.opened && !m.probing {
-		m.from, m.probing = m.width, true
-	}
-	m.setWidth(min(2*m.width, m.max), now)
-	m.opened = m.opened || m.width >= m.max
-	m.grantLocked()
+func (d *cmDomain) enterLocked() (admit uint64, alone bool) {
+	alone = d.inUse == 0
+	d.inUse++
+	d.admits++
+	return d.admits, alone
 }
 
-// giveBack leaves the gate without an attempt: the place passes on, and
-// nothing is learnt about contention. paused says the caller kept its place
-// through a pause that release returned.
-func (m *ContentionManager) giveBack(paused bool) {
-	m.mu.Lock()
-	if paused {
-		m.pausing--
-	}
-	m.inUse--
-	m.grantLocked()
-	m.mu.Unlock()
-}
-
-// resume starts the next attempt of a caller that kept its place through
-// a pause.
-func (m *ContentionManager) resume(t *cmTicket) {
-	m.mu.Lock()
-	m.pausing--
-	m.inUse--
-	m.enterLocked(t)
-	m.mu.Unlock()
-}
-
-func (m *ContentionManager) grantLocked() {
-	for len(m.waiters) > 0 && float64(m.inUse) < m.width {
-		w := m.waiters[0]
-		m.waiters[0] = nil
-		m.waiters = m.waiters[1:]
+func (d *cmDomain) grantLocked() {
+	for len(d.queue) > 0 && d.inUse < d.width {
+		w := d.queue[0]
+		d.queue = d.queue[1:]
 		w.granted = true
-		m.enterLocked(&w.admitted)
+		w.admit, w.alone = d.enterLocked()
 		close(w.ready)
 	}
-	m.watchHeadLocked()
+}
+
+func (t *cmTurn) done(conflict bool, now time.Time) (time.Duration, bool) {
+	d := t.d
+	if t.admit == 0 && !conflict { // went straight in and committed: no lock
+		d.commits.Add(1)
+		return 0, false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var pause time.Duration
+	if t.admit != 0 {
+		if t.alone && t.admit == d.admits {
+			// No other attempt of this process overlapped: a conflict
+			// came from elsewhere.
+			pause = d.paceLocked(conflict, now, t.since, t.rand)
+		}
+		if pause == 0 {
+			d.inUse--
+			t.held = false
+		}
+	}
+	d.learnLocked(conflict)
+	d.grantLocked()
+	return pause, d.gated.Load()
+}
+
+func (t *cmTurn) cancel() {
+	if !t.held {
+		return
+	}
+	t.held = false
+	d := t.d
+	d.mu.Lock()
+	d.inUse--
+	d.grantLocked()
+	d.mu.Unlock()
+}
+
+// learnLocked updates the domain with an attempt's end: the moving average
+// of conflicts, the gate's state and its width.
+func (d *cmDomain) learnLocked(conflict bool) {
+	n := d.commits.Swap(0) // ungated commits since the last update
+	if !conflict {
+		n++
+	}
+	d.rate *= math.Pow(1-cmAlpha, float64(n))
+	if conflict {
+		d.rate += cmAlpha * (1 - d.rate)
+	}
+	max := d.m.maxWidth()
+	switch {
+	case !d.gated.Load():
+		if conflict && d.rate > cmMaxRate && max > 1 {
+			d.width, d.streak, d.fails = 1, 0, 0
+			d.gated.Store(true)
+		}
+	case conflict:
+		d.streak = 0
+		if d.rate > cmMaxRate && d.width > 1 {
+			d.width /= 2
+			d.fails = min(d.fails+1, cmMaxFails)
+		}
+	default:
+		d.streak++
+		if d.streak >= cmStreak*d.width<<d.fails {
+			d.width, d.streak = min(2*d.width, max), 0
+			if d.width >= max {
+				d.gated.Store(false) // contention is over: the gate opens
+			}
+		}
+	}
+}
+
+// paceLocked learns from an attempt that no other attempt of this domain
+// overlapped. A conflict there doubles the pace (from cmMinPace up to
+// cmMaxPace) and returns a pause of up to the pace, jittered, shrinking
+// with the call's age, during which the caller keeps its place: the
+// process steps back from the contended rows while its callers stay in
+// order. Without the patience the process that commits would keep
+// committing, since its next attempt starts while the others pause. A
+// lone commit multiplies the pace by cmPaceDecay, to none below
+// cmMinPace.
+func (d *cmDomain) paceLocked(conflict bool, now, since time.Time, rnd func() float64) time.Duration {
+	if !conflict {
+		if d.pace = time.Duration(float64(d.pace) * cmPaceDecay); d.pace < cmMinPace {
+			d.pace = 0
+		}
+		return 0
+	}
+	d.pace = min(max(2*d.pace, cmMinPace), cmMaxPace)
+	if rnd == nil {
+		rnd = rand.Float64
+	}
+	p := float64(d.pace) * rnd() * max(0, 1-float64(now.Sub(since))/float64(cmPacePatience))
+	return max(time.Duration(p), 1) // 1: at once, in its place
 }

@@ -1,86 +1,95 @@
 package txretry
 
-// Key locks (WithContentionKeys): turns per key instead of the gate.
+// Key locks (WithContentionKeys): turns per key instead of a domain's gate.
 
 import (
 	"context"
 	"slices"
+	"time"
 )
 
-// tryLockKeys takes every key at once if none is held.
-func (m *ContentionManager) tryLockKeys(keys []string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, k := range keys {
-		if _, held := m.keys[k]; held {
-			return false
-		}
-	}
-	if m.keys == nil {
-		m.keys = make(map[string][]*cmWaiter)
-	}
-	for _, k := range keys {
-		m.keys[k] = nil
-	}
-	return true
+// cmKeys is a call's standing with its manager's keys.
+type cmKeys struct {
+	m    *ContentionManager
+	keys []string // sorted, without duplicates
+	held bool
 }
 
-// lockKeys takes the keys one at a time in their sorted order, waiting in
+// enter takes the keys one at a time in their sorted order, waiting in
 // each key's FIFO queue, or gives them all back when ctx ends. Since every
 // caller takes its keys in the same order, no two callers wait for each
 // other in a cycle.
-func (m *ContentionManager) lockKeys(ctx context.Context, keys []string) error {
-	for i, k := range keys {
+func (k *cmKeys) enter(ctx context.Context, limit time.Duration) (waited bool, err error) {
+	m := k.m
+	cancel := func() {}
+	defer func() { cancel() }()
+	for i, key := range k.keys {
 		m.mu.Lock()
 		if m.keys == nil {
 			m.keys = make(map[string][]*cmWaiter)
 		}
-		ws, held := m.keys[k]
+		ws, held := m.keys[key]
 		if !held {
-			m.keys[k] = nil
+			m.keys[key] = nil
 			m.mu.Unlock()
 			continue
 		}
 		w := &cmWaiter{ready: make(chan struct{})}
-		m.keys[k] = append(ws, w)
+		m.keys[key] = append(ws, w)
 		m.mu.Unlock()
+		waited = true
+		if limit >= 0 { // bound the waits once, at the first
+			ctx, cancel = bounded(ctx, limit)
+			limit = -1
+		}
 		select {
 		case <-w.ready:
 		case <-ctx.Done():
 			m.mu.Lock()
 			if w.granted {
-				m.unlockKeyLocked(k)
+				m.unlockKeyLocked(key)
 			} else {
-				m.keys[k] = slices.DeleteFunc(m.keys[k], func(x *cmWaiter) bool { return x == w })
+				m.keys[key] = slices.DeleteFunc(m.keys[key], func(x *cmWaiter) bool { return x == w })
 			}
-			for _, h := range keys[:i] {
+			for _, h := range k.keys[:i] {
 				m.unlockKeyLocked(h)
 			}
 			m.mu.Unlock()
-			return context.Cause(ctx)
+			return true, context.Cause(ctx)
 		}
 	}
-	return nil
+	k.held = true
+	return waited, nil
 }
 
-// unlockKeys gives the keys back, each to its first waiter if any.
-func (m *ContentionManager) unlockKeys(keys []string) {
-	m.mu.Lock()
-	for _, k := range keys {
-		m.unlockKeyLocked(k)
+// done gives the keys back: a conflict despite them came from elsewhere,
+// and the backoff spaces the next attempt.
+func (k *cmKeys) done(bool, time.Time) (time.Duration, bool) {
+	k.cancel()
+	return 0, false
+}
+
+func (k *cmKeys) cancel() {
+	if !k.held {
+		return
 	}
-	m.mu.Unlock()
+	k.held = false
+	k.m.mu.Lock()
+	for _, key := range k.keys {
+		k.m.unlockKeyLocked(key)
+	}
+	k.m.mu.Unlock()
 }
 
-func (m *ContentionManager) unlockKeyLocked(k string) {
-	ws := m.keys[k]
+// unlockKeyLocked gives a key to its first waiter, if any.
+func (m *ContentionManager) unlockKeyLocked(key string) {
+	ws := m.keys[key]
 	if len(ws) == 0 {
-		delete(m.keys, k)
+		delete(m.keys, key)
 		return
 	}
 	w := ws[0]
-	ws[0] = nil
-	m.keys[k] = ws[1:]
+	m.keys[key] = ws[1:]
 	w.granted = true
 	close(w.ready)
 }

@@ -38,14 +38,14 @@ func TestEveryOutcomeLeavesTheGate(t *testing.T) {
 			[]txretry.Option{txretry.WithAttemptTimeout(time.Millisecond)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := newManager(t, 1)
+			m := closedManager(t, "hot")
 			f := newFixture(t, tc.drv)
 			fn := tc.fn
 			if fn == nil {
 				var calls atomic.Int32
 				fn = execFn(&calls)
 			}
-			opts := append([]txretry.Option{txretry.WithClock(f.clock), txretry.WithContentionManager(m)}, tc.opts...)
+			opts := append([]txretry.Option{txretry.WithClock(f.clock), txretry.WithContentionManager(m), txretry.WithLabel("hot")}, tc.opts...)
 			for i := range 3 { // more calls than the gate is wide
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				err := txretry.RunInTx(ctx, f.db, fn, opts...)

@@ -2,6 +2,7 @@ package txretry
 
 import (
 	"container/heap"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -12,9 +13,17 @@ import (
 // replicaSim drives several independent managers, as the replicas of one
 // service have, against one simulated hot row, on a simulated clock. Each
 // replica runs workers that call in a closed loop; each call retries, as
-// the engine does with the default options, until it commits or its
-// deadline passes. The row behaves as a SERIALIZABLE read-then-write does:
-// an attempt fails if another committed while it ran.
+// the engine does with the default options (call.loop, call.delay,
+// call.admit in engine.go), until it commits or its deadline passes. The
+// row behaves as a SERIALIZABLE read-then-write does: an attempt fails if
+// another committed while it ran.
+//
+// The simulation is single-threaded, so it never calls the blocking
+// cmTurn.enter when the gate would queue: it does what enter does inline,
+// under the domain's lock, and starts a queued call's attempt once
+// grantLocked has granted its waiter (it looks after every done and
+// cancel). The stall timer (cmStall, real time) is not simulated: no gate
+// here waits for a caller outside it, so it would never fire.
 type replicaSim struct {
 	rnd        *rand.Rand
 	now        time.Duration
@@ -34,18 +43,19 @@ type simStats struct {
 }
 
 type simReplica struct {
-	id    int
-	m     *ContentionManager
-	queue []*simCall // waiting for admission, by arrival
+	id      int
+	m       *ContentionManager
+	d       *cmDomain  // the one domain of the replica's calls
+	waiting []*simCall // queued at the gate (c.w != nil), by arrival
 }
 
 type simCall struct {
 	r          *simReplica
 	start, end time.Duration // end is the deadline
-	ticket     cmTicket
+	turn       cmTurn
+	w          *cmWaiter // while queued at the gate
 	attempts   int
 	minDur     time.Duration
-	queued     bool
 	done       bool
 }
 
@@ -91,7 +101,7 @@ func runReplicaSim(seed uint64, replicas, workers int, span time.Duration) simSt
 	s.stats.perReplica = make([]int, replicas)
 	for i := range replicas {
 		m, _ := NewContentionManager(0)
-		r := &simReplica{id: i, m: m}
+		r := &simReplica{id: i, m: m, d: m.domain(domainKey("hot", nil))}
 		for range workers {
 			s.at(time.Duration(s.rnd.Int64N(int64(s.base))), func() { s.begin(r) })
 		}
@@ -109,45 +119,81 @@ func runReplicaSim(seed uint64, replicas, workers int, span time.Duration) simSt
 
 func (s *replicaSim) begin(r *simReplica) {
 	c := &simCall{r: r, start: s.now, end: s.now + s.deadline}
-	c.ticket.since = s.clock()
+	c.turn = cmTurn{d: r.d, since: s.clock(), rand: s.rnd.Float64}
 	s.at(s.deadline, func() { // the deadline passes while the call queues
-		if c.queued {
-			r.queue = slices.DeleteFunc(r.queue, func(x *simCall) bool { return x == c })
-			c.queued = false
-			s.finish(c, false)
+		if c.w != nil {
+			s.giveUp(c)
 		}
 	})
-	s.ask(c)
+	s.admit(c)
 }
 
-// ask waits for admission, as call.admit does.
-func (s *replicaSim) ask(c *simCall) {
-	if c.r.m.tryAcquire(&c.ticket) {
+// admit waits for admission, as call.admit does with cmTurn.enter, and
+// starts the attempt once admitted.
+func (s *replicaSim) admit(c *simCall) {
+	t := &c.turn
+	if t.held { // kept its place through a pause: enter does not block
+		if _, err := t.enter(context.Background(), -1); err != nil {
+			panic(err)
+		}
 		s.admitted(c)
 		return
 	}
-	i := len(c.r.queue)
-	for i > 0 && c.r.queue[i-1].ticket.arrival > c.ticket.arrival {
-		i--
+	// What enter does, up to the point where it would block.
+	w := t.join()
+	if w == nil {
+		s.admitted(c)
+		return
 	}
-	c.r.queue = slices.Insert(c.r.queue, i, c)
-	c.queued = true
+	c.w = w
+	r := c.r
+	j := len(r.waiting)
+	for j > 0 && r.waiting[j-1].turn.arrival > t.arrival {
+		j--
+	}
+	r.waiting = slices.Insert(r.waiting, j, c)
 }
 
-// pump admits the queued calls the gate has room for.
+// giveUp ends a call whose deadline passed while it queued, as enter does
+// when its context ends.
+func (s *replicaSim) giveUp(c *simCall) {
+	r := c.r
+	r.d.leave(c.w)
+	r.waiting = slices.DeleteFunc(r.waiting, func(x *simCall) bool { return x == c })
+	c.w = nil
+	s.pump(r)
+	s.finish(c, false)
+}
+
+// pump starts the attempts of r's queued calls that grantLocked admitted,
+// as their enter would return once w.ready is closed.
 func (s *replicaSim) pump(r *simReplica) {
-	for len(r.queue) > 0 && r.m.tryAcquire(&r.queue[0].ticket) {
-		c := r.queue[0]
-		r.queue = r.queue[1:]
-		c.queued = false
+	for {
+		i := slices.IndexFunc(r.waiting, func(c *simCall) bool { return c.w.granted })
+		if i < 0 {
+			return
+		}
+		c := r.waiting[i]
+		r.waiting = slices.Delete(r.waiting, i, i+1)
+		w := c.w
+		c.w = nil
+		<-w.ready // closed by grantLocked
+		c.turn.admit, c.turn.alone, c.turn.held = w.admit, w.alone, true
 		s.admitted(c)
 	}
+}
+
+// cancel gives back what the call holds, and starts the attempts that
+// the place given back admits.
+func (s *replicaSim) cancel(c *simCall) {
+	c.turn.cancel()
+	s.pump(c.r)
 }
 
 func (s *replicaSim) admitted(c *simCall) {
 	if c.attempts > 0 && s.now+c.minDur > c.end {
-		c.r.m.giveBack(false)
-		s.pump(c.r)
+		// Admitted too late (call.loop's pastDeadline(0)).
+		s.cancel(c)
 		s.finish(c, false)
 		return
 	}
@@ -163,56 +209,53 @@ func (s *replicaSim) attempt(c *simCall) {
 	s.at(d, func() { s.ended(c, begun, d) })
 }
 
+// ended decides after an attempt, as call.loop and call.delay do.
 func (s *replicaSim) ended(c *simCall, begun, d time.Duration) {
 	s.inFlight--
 	conflict := s.lastCommit > begun || s.now > c.end
 	if !conflict {
 		s.lastCommit = s.now
 	}
-	pause := c.r.m.release(&c.ticket, conflict, d, s.clock(), true, s.rnd.Float64)
+	pause, spaced := c.turn.done(conflict, s.clock())
+	s.pump(c.r)
 	if !conflict {
-		s.pump(c.r)
 		s.finish(c, true)
+		return
+	}
+	if c.attempts >= simMaxAttempts {
+		s.finish(c, false)
 		return
 	}
 	if c.minDur == 0 || d < c.minDur {
 		c.minDur = d
 	}
-	if c.attempts >= simMaxAttempts {
-		if pause > 0 {
-			c.r.m.giveBack(true)
-		}
-		s.pump(c.r)
+	var delay time.Duration
+	if !spaced { // the backoff spaces retries the gate does not
+		delay = max(defaultBackoff.Delay(c.attempts, s.rnd.Float64()), 0)
+	}
+	if pause > 0 { // in the call's place, for at most half the time left
+		pause = min(pause, max(c.end-s.now-c.minDur, 0)/2)
+		delay = max(delay, pause)
+	}
+	if s.now+delay+c.minDur > c.end {
 		s.finish(c, false)
 		return
 	}
-	if pause == 0 {
-		s.pump(c.r)
-		if s.now+c.minDur > c.end {
-			s.finish(c, false)
-			return
-		}
-		s.ask(c)
+	if delay <= 0 {
+		s.admit(c)
 		return
 	}
-	pause = min(pause, max(c.end-s.now-c.minDur, 0)/2)
-	if s.now+pause+c.minDur > c.end {
-		c.r.m.giveBack(true)
-		s.pump(c.r)
-		s.finish(c, false)
-		return
-	}
-	s.at(pause, func() {
-		c.r.m.resume(&c.ticket)
-		s.admitted(c)
-	})
+	s.at(delay, func() { s.admit(c) })
 }
 
+// finish ends a call, giving back a place it kept through a pause (the
+// engine's deferred cancel), and starts the worker's next call.
 func (s *replicaSim) finish(c *simCall, committed bool) {
 	if c.done {
 		panic("call finished twice")
 	}
 	c.done = true
+	s.cancel(c)
 	s.stats.latencies = append(s.stats.latencies, s.now-c.start)
 	if committed {
 		s.stats.commits++
@@ -222,7 +265,6 @@ func (s *replicaSim) finish(c *simCall, committed bool) {
 	}
 	s.begin(c.r)
 }
-
 func (st simStats) quantile(q float64) time.Duration {
 	l := slices.Clone(st.latencies)
 	slices.Sort(l)

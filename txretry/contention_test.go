@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/internal/fakeclock"
 	"github.com/txretry/txretry/txretry/internal/fakedb"
 )
 
@@ -25,47 +25,24 @@ func newManager(t *testing.T, width int) *txretry.ContentionManager {
 	return m
 }
 
-func TestContentionManagerWidthAdapts(t *testing.T) {
-	m := newManager(t, 0)
-	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(9, errSerialization)})
-	var calls atomic.Int32
-	// Nine conflicts in a row narrow the gate.
-	err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock), txretry.WithContentionManager(m))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := m.Width(); got >= txretry.DefaultContentionWidth {
-		t.Fatalf("width %v after nine conflicts in a row, want less than %d", got, txretry.DefaultContentionWidth)
-	}
-	// Calm calls open it fully again, a streak at a time.
-	for n := 0; m.Width() < txretry.DefaultContentionWidth; n++ {
-		if n == 20_000 {
-			t.Fatalf("width %v after %d calls without a conflict", m.Width(), n)
-		}
-		if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock), txretry.WithContentionManager(m)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// With the default per-handle manager, a conflict among the handle's own
-// attempts is spaced by its gate, not by the backoff; a conflict of an
-// attempt that ran alone came from elsewhere (another process), and pauses
-// the call in its place, doubling from 500 µs while such conflicts last.
+// With the default per-handle manager, a call's first conflicts retry
+// after the backoff, as without a manager, while its domain's gate is
+// open; two conflicts in a row close the gate, and an attempt that then
+// ran alone in it and conflicted met another process: the call pauses in
+// its place, doubling from 500 µs while such conflicts last.
 func TestContentionManagerIsOnByDefaultPerHandle(t *testing.T) {
-	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(3, errSerialization)})
+	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(4, errSerialization)})
 	var calls atomic.Int32
 	if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock), txretry.WithRand(func() float64 { return 1 })); err != nil {
 		t.Fatal(err)
 	}
 	// The pauses shrink a little with the call's age (cmPacePatience).
 	got := f.clock.Waits()
-	if want := []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond}; len(got) != len(want) ||
-		slices.ContainsFunc(got, func(d time.Duration) bool { return d <= 0 }) ||
-		got[0] > want[0] || got[1] > want[1] || got[2] > want[2] || got[1] < want[1]*9/10 || got[2] < want[2]*9/10 {
-		t.Fatalf("waits %v, want the manager's pauses %v (shrunk a little with age), not the backoff", got, want)
+	if want := []time.Duration{2 * time.Millisecond, 500 * time.Microsecond, time.Millisecond}; len(got) != len(want) ||
+		got[0] != want[0] || got[1] > want[1] || got[2] > want[2] || got[1] < want[1]*9/10 || got[2] < want[2]*9/10 {
+		t.Fatalf("waits %v, want the backoff, then no wait as the gate closes, then the manager's pauses %v", got, want)
 	}
-	// Turning it off brings the backoff back.
+	// Turning it off brings the backoff back for every retry.
 	g := newFixture(t, &fakedb.Driver{OnExec: failFirst(2, errSerialization)})
 	if err := txretry.RunInTx(context.Background(), g.db, execFn(&calls), txretry.WithClock(g.clock), txretry.WithoutContentionManager(), txretry.WithRand(func() float64 { return 1 })); err != nil {
 		t.Fatal(err)
@@ -75,7 +52,120 @@ func TestContentionManagerIsOnByDefaultPerHandle(t *testing.T) {
 	}
 }
 
-// gateHolder runs a call that holds m's only place until release is closed.
+// closeGate makes the domain label of m conflict until its gate closes at
+// width 1: two conflicts in a row.
+func closeGate(t *testing.T, m *txretry.ContentionManager, label string) {
+	t.Helper()
+	db := (&fakedb.Driver{OnExec: failFirst(2, errSerialization)}).DB()
+	defer db.Close()
+	var calls atomic.Int32
+	if err := txretry.RunInTx(context.Background(), db, execFn(&calls), txretry.WithContentionManager(m),
+		txretry.WithLabel(label), txretry.WithClock(&fakeclock.Clock{})); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The calls of a domain that has not been conflicting never queue, while
+// a hot domain of the same manager holds its gate shut with a caller
+// waiting: each cold call runs and commits at once (its rare conflicts
+// retry after the backoff). The two domains are found from the functions'
+// code pointers, without labels.
+func TestColdDomainNeverQueuesBehindAHotOne(t *testing.T) {
+	m := newManager(t, 0)
+	var hot, cold atomic.Int32
+	drv := &fakedb.Driver{OnExec: func(_ context.Context, _ int, q string, _ []driver.NamedValue) error {
+		switch {
+		case q == "UPDATE hot" && hot.Add(1) <= 2:
+			return errSerialization // closes the hot domain's gate
+		case q == "UPDATE cold" && cold.Add(1)%50 == 0:
+			return errSerialization // rare: the cold domain stays open
+		}
+		return nil
+	}}
+	f := newFixture(t, drv)
+	f.clock.OnWait = nil
+	release := make(chan struct{})
+	holding := make(chan struct{}, 1)
+	hotFn := func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "UPDATE hot"); err != nil {
+			return err
+		}
+		if hot.Load() == 3 { // the first attempt through the closed gate holds it
+			holding <- struct{}{}
+			<-release
+		}
+		return nil
+	}
+	coldFn := func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE cold")
+		return err
+	}
+	var queued []time.Duration
+	var mu sync.Mutex
+	obs := txretry.ObserverFunc(func(_ context.Context, e txretry.Event) {
+		if e.Kind == txretry.CallFinished {
+			mu.Lock()
+			queued = append(queued, e.Queued)
+			mu.Unlock()
+		}
+	})
+	hotDone := make(chan error, 2)
+	go func() {
+		hotDone <- txretry.RunInTx(context.Background(), f.db, hotFn, txretry.WithContentionManager(m))
+	}()
+	<-holding
+	go func() {
+		hotDone <- txretry.RunInTx(context.Background(), f.db, hotFn, txretry.WithContentionManager(m))
+	}()
+	waitQueued(t, m, 1)
+
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				if err := txretry.RunInTx(context.Background(), f.db, coldFn, txretry.WithContentionManager(m), txretry.WithObserver(obs)); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait() // all 200 cold calls end while the hot gate is shut
+	close(release)
+	for range 2 {
+		if err := <-hotDone; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(queued) != 200 || slices.ContainsFunc(queued, func(d time.Duration) bool { return d != 0 }) || cold.Load() < 204 {
+		t.Fatalf("%d cold calls, %d cold attempts, queued %v: want 200 calls, some retried, none queued", len(queued), cold.Load(), queued)
+	}
+	// One label puts both kinds in one domain: then the cold ones queue.
+	closeGate(t, m, "shared")
+	release2 := make(chan struct{})
+	holderDone := make(chan error, 1)
+	go func() {
+		holderDone <- txretry.RunInTx(context.Background(), f.db, func(context.Context, *sql.Tx) error {
+			holding <- struct{}{}
+			<-release2
+			return nil
+		}, txretry.WithContentionManager(m), txretry.WithLabel("shared"))
+	}()
+	<-holding
+	coldDone := make(chan error, 1)
+	go func() {
+		coldDone <- txretry.RunInTx(context.Background(), f.db, coldFn, txretry.WithContentionManager(m), txretry.WithLabel("shared"))
+	}()
+	waitQueued(t, m, 1)
+	close(release2)
+	if err := errors.Join(<-holderDone, <-coldDone); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gateHolder runs a call that holds the only place of m's closed gate "hot"
+// until release is closed.
 func gateHolder(t *testing.T, db *sql.DB, m *txretry.ContentionManager, release chan struct{}) (entered chan struct{}, done chan error) {
 	entered, done = make(chan struct{}), make(chan error, 1)
 	go func() {
@@ -83,7 +173,7 @@ func gateHolder(t *testing.T, db *sql.DB, m *txretry.ContentionManager, release 
 			close(entered)
 			<-release
 			return nil
-		}, txretry.WithContentionManager(m))
+		}, txretry.WithContentionManager(m), txretry.WithLabel("hot"))
 	}()
 	<-entered
 	return entered, done
@@ -100,7 +190,7 @@ func waitQueued(t *testing.T, m *txretry.ContentionManager, n int) {
 }
 
 func TestContentionManagerAdmitsInFIFOOrderWithoutHoldingTransactions(t *testing.T) {
-	m := newManager(t, 1)
+	m := closedManager(t, "hot")
 	f := newFixture(t, &fakedb.Driver{})
 	f.clock.OnWait = nil
 	release := make(chan struct{})
@@ -118,7 +208,7 @@ func TestContentionManagerAdmitsInFIFOOrderWithoutHoldingTransactions(t *testing
 				order = append(order, i)
 				mu.Unlock()
 				return nil
-			}, txretry.WithContentionManager(m))
+			}, txretry.WithContentionManager(m), txretry.WithLabel("hot"))
 			if err != nil {
 				t.Error(err)
 			}
@@ -154,7 +244,7 @@ func TestGateAdmitsCallsThatWaitForEachOther(t *testing.T) {
 		{"default manager", nil},
 		{"NewContentionManager(0)", []txretry.Option{txretry.WithContentionManager(newManager(t, 0))}},
 		{"zero ContentionManager", []txretry.Option{txretry.WithContentionManager(&txretry.ContentionManager{})}},
-		{"narrowed to 1", []txretry.Option{txretry.WithContentionManager(narrowedManager(t))}},
+		{"closed at width 1", []txretry.Option{txretry.WithContentionManager(closedManager(t, "wait")), txretry.WithLabel("wait")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := (&fakedb.Driver{}).DB()
@@ -189,39 +279,16 @@ func TestGateAdmitsCallsThatWaitForEachOther(t *testing.T) {
 	}
 }
 
-// narrowedManager returns a manager that calm calls opened fully and
-// conflicts then narrowed to width 1.
-func narrowedManager(t *testing.T) *txretry.ContentionManager {
+// closedManager returns a manager whose domain label has closed its gate.
+func closedManager(t *testing.T, label string) *txretry.ContentionManager {
 	t.Helper()
 	m := newManager(t, 0)
-	calm := newFixture(t, &fakedb.Driver{})
-	var calls atomic.Int32
-	for n := 0; m.Width() < txretry.DefaultContentionWidth; n++ {
-		if n == 1000 {
-			t.Fatalf("width %v after %d calls without a conflict", m.Width(), n)
-		}
-		if err := txretry.RunInTx(context.Background(), calm.db, execFn(&calls), txretry.WithContentionManager(m)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Conflicts weigh what they lasted against the calm commits, which the
-	// race detector and a busy machine vary: count them until the width is 1.
-	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(math.MaxInt, errSerialization)})
-	for n := 0; m.Width() > 1; n++ {
-		if n == 1000 {
-			t.Fatalf("width %v after %d conflicts in a row", m.Width(), n)
-		}
-		err := txretry.RunInTx(context.Background(), f.db, execFn(&calls),
-			txretry.WithContentionManager(m), txretry.WithMaxAttempts(1))
-		if !errors.Is(err, txretry.ErrRetriesExhausted) {
-			t.Fatalf("err = %v, want the conflict to exhaust the single attempt", err)
-		}
-	}
+	closeGate(t, m, label)
 	return m
 }
 
 func TestContentionManagerWaitEndsWithTheContext(t *testing.T) {
-	m := newManager(t, 1)
+	m := closedManager(t, "hot")
 	f := newFixture(t, &fakedb.Driver{})
 	release := make(chan struct{})
 	_, holderDone := gateHolder(t, f.db, m, release)
@@ -230,7 +297,7 @@ func TestContentionManagerWaitEndsWithTheContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		errc <- txretry.RunInTx(ctx, f.db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(m))
+		errc <- txretry.RunInTx(ctx, f.db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(m), txretry.WithLabel("hot"))
 	}()
 	waitQueued(t, m, 1)
 	cancel()
@@ -243,14 +310,14 @@ func TestContentionManagerWaitEndsWithTheContext(t *testing.T) {
 }
 
 func TestContentionManagerWaitEndsAtTheDeadline(t *testing.T) {
-	m := newManager(t, 1)
+	m := closedManager(t, "hot")
 	f := newFixture(t, &fakedb.Driver{})
 	release := make(chan struct{})
 	_, holderDone := gateHolder(t, f.db, m, release)
 	defer func() { close(release); <-holderDone }()
 
 	err := txretry.RunInTx(context.Background(), f.db, func(context.Context, *sql.Tx) error { return nil },
-		txretry.WithContentionManager(m), txretry.WithTimeBudget(20*time.Millisecond))
+		txretry.WithContentionManager(m), txretry.WithLabel("hot"), txretry.WithTimeBudget(20*time.Millisecond))
 	var re *txretry.RetryError
 	if !errors.Is(err, txretry.ErrRetriesExhausted) || !errors.As(err, &re) || re.Reason != "time budget" || re.Attempts != 0 {
 		t.Fatalf("err = %v, want exhaustion by the time budget before any attempt", err)
@@ -258,14 +325,14 @@ func TestContentionManagerWaitEndsAtTheDeadline(t *testing.T) {
 }
 
 func TestNestedCallOnAnotherHandleDoesNotQueueAgain(t *testing.T) {
-	m := newManager(t, 1)
+	m := closedManager(t, "hot")
 	f := newFixture(t, &fakedb.Driver{})
 	g := newFixture(t, &fakedb.Driver{})
 	done := make(chan error, 1)
 	go func() {
 		done <- txretry.RunInTx(context.Background(), f.db, func(ctx context.Context, tx *sql.Tx) error {
-			return txretry.RunInTx(ctx, g.db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(m))
-		}, txretry.WithContentionManager(m))
+			return txretry.RunInTx(ctx, g.db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(m), txretry.WithLabel("hot"))
+		}, txretry.WithContentionManager(m), txretry.WithLabel("hot"))
 	}()
 	select {
 	case err := <-done:
@@ -289,60 +356,17 @@ func TestContentionManagerValidation(t *testing.T) {
 	}
 }
 
-// A conflict that lasted much longer than a commit (a deadlock detected
-// after a timeout) is paid back in commits before the gate widens again.
-func TestContentionManagerPaysBackExpensiveConflicts(t *testing.T) {
-	m := newManager(t, 2)
-	var f *fixture
-	var slow atomic.Bool
-	f = newFixture(t, &fakedb.Driver{OnExec: func(context.Context, int, string, []driver.NamedValue) error {
-		if slow.Load() {
-			f.clock.Advance(100 * time.Millisecond)
-			return errDeadlock
-		}
-		f.clock.Advance(time.Millisecond)
-		return nil
-	}})
-	call := func() error {
-		var n atomic.Int32
-		return txretry.RunInTx(context.Background(), f.db, execFn(&n), txretry.WithClock(f.clock), txretry.WithContentionManager(m), txretry.WithMaxAttempts(1))
-	}
-	if err := call(); err != nil { // a 1 ms commit sets the average
-		t.Fatal(err)
-	}
-	slow.Store(true)
-	_ = call() // a 100 ms deadlock: width 2 -> 1, a debt of 100 commits
-	slow.Store(false)
-	if m.Width() != 1 {
-		t.Fatalf("width %v after the conflict, want 1", m.Width())
-	}
-	for i := 1; i < 100+16; i++ {
-		if err := call(); err != nil {
-			t.Fatal(err)
-		}
-		if m.Width() != 1 {
-			t.Fatalf("width %v after %d commits, want 1 until the debt (100) and a streak (16) are done", m.Width(), i)
-		}
-	}
-	if err := call(); err != nil {
-		t.Fatal(err)
-	}
-	if m.Width() != 2 {
-		t.Fatalf("width %v after the debt and a streak, want 2", m.Width())
-	}
-}
-
 // A panic in fn must not keep the gate's place.
 func TestPanicLeavesTheGate(t *testing.T) {
-	m := newManager(t, 1)
+	m := closedManager(t, "hot")
 	f := newFixture(t, &fakedb.Driver{})
 	func() {
 		defer func() { _ = recover() }()
-		_ = txretry.RunInTx(context.Background(), f.db, func(context.Context, *sql.Tx) error { panic("boom") }, txretry.WithContentionManager(m))
+		_ = txretry.RunInTx(context.Background(), f.db, func(context.Context, *sql.Tx) error { panic("boom") }, txretry.WithContentionManager(m), txretry.WithLabel("hot"))
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := txretry.RunInTx(ctx, f.db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(m)); err != nil {
+	if err := txretry.RunInTx(ctx, f.db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(m), txretry.WithLabel("hot")); err != nil {
 		t.Fatalf("err = %v: the panicking call kept its place in the gate", err)
 	}
 }
@@ -350,7 +374,7 @@ func TestPanicLeavesTheGate(t *testing.T) {
 // An observer that panics on AttemptStarted (after admission) must not keep
 // the gate's place.
 func TestObserverPanicLeavesTheGate(t *testing.T) {
-	m, _ := txretry.NewContentionManager(1)
+	m := closedManager(t, "hot")
 	db := (&fakedb.Driver{}).DB()
 	defer db.Close()
 	bad := txretry.ObserverFunc(func(_ context.Context, e txretry.Event) {
@@ -360,11 +384,11 @@ func TestObserverPanicLeavesTheGate(t *testing.T) {
 	})
 	_ = noPanic(t, func() error {
 		return txretry.RunInTx(context.Background(), db, func(context.Context, *sql.Tx) error { return nil },
-			txretry.WithContentionManager(m), txretry.WithObserver(bad))
+			txretry.WithContentionManager(m), txretry.WithLabel("hot"), txretry.WithObserver(bad))
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := txretry.RunInTx(ctx, db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(m)); err != nil {
+	if err := txretry.RunInTx(ctx, db, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionManager(m), txretry.WithLabel("hot")); err != nil {
 		t.Fatalf("err = %v: the call whose observer panicked kept its place in the gate", err)
 	}
 }

@@ -50,22 +50,25 @@
 // when it ended before the first attempt.
 //
 // Between attempts RunInTx waits. By default each database handle has a
-// ContentionManager: a FIFO gate that opens from one attempt at a time,
-// doubling per conflict-free generation until the first conflict (slow
-// start), whose width then halves when conflicts become frequent and
-// widens after conflict-free streaks (a widening that only tolerated
-// conflicts stays if it commits more), and which widens when it stands
-// still while callers queue, so that under contention attempts queue in
-// arrival order instead of colliding, retries wait in that queue, and
-// calls that wait for each other are not held back until their deadlines.
-// WithContentionKeys replaces the gate for a call by the keys it names:
-// calls that share a key take turns, others run at once; with
+// ContentionManager, which keeps one conflict domain per kind of
+// transaction: the calls with one WithLabel, or else the calls whose fn was
+// written at one place in the source. A domain whose transactions have not
+// been conflicting costs nothing: its attempts go straight to the database
+// and retry after the Backoff (default: full jitter over an exponential
+// delay from 2 ms, capped at 250 ms). Once more than a tenth of a domain's
+// recent attempts conflict, its attempts queue at a FIFO gate of its own,
+// one at a time at first, widening while they commit; its retries keep
+// their call's place, and a conflict that came from another process (the
+// attempt ran alone in the gate) pauses the caller in its place. Other
+// domains never queue behind it. Two kinds of transaction that conflict
+// with each other are two domains: give them one label to queue them
+// together. WithContentionKeys replaces the gate for a call by the keys it
+// names: calls that share a key take turns, others run at once; with
 // WithDatabaseKeyLocks (off by default) the keys are also locked in the
-// database, so that calls of other processes take turns too. Without a manager
-// (WithoutContentionManager), or with an explicit WithBackoff, RunInTx
-// sleeps according to the Backoff (default: full jitter over an exponential
-// delay from 2 ms, capped at 250 ms). A RetryBudget (WithRetryBudget, off by
-// default) bounds retries across calls.
+// database, so that calls of other processes take turns too. Without a
+// manager (WithoutContentionManager) every retry waits the Backoff. A
+// RetryBudget (WithRetryBudget, off by default) bounds retries across
+// calls.
 //
 // # When RunInTx must not retry: uncertain commits
 //

@@ -104,11 +104,23 @@ func enter(ctx context.Context, a adapter, opts []Option) error {
 	return c.loop(ctx)
 }
 
+// admissionOf is a call's standing with its manager cm (nil: none): its
+// keys, or the gate of its domain, named by its label or fn.
+func admissionOf(cm *ContentionManager, cfg *config, fn any, start time.Time) admission {
+	switch {
+	case cm == nil:
+		return nil
+	case len(cfg.keys) > 0:
+		return &cmKeys{m: cm, keys: cfg.keys}
+	}
+	return &cmTurn{d: cm.domain(domainKey(cfg.label, fn)), since: start, rand: cfg.rand}
+}
+
 // managerOf returns the contention manager of a call: the one chosen by an
 // option, else the handle's default one. Keys need a manager: a handle
 // without a default one gets a manager of its own for them.
 func managerOf(a adapter, cfg *config, h any) (*ContentionManager, error) {
-	if cfg.cmSet {
+	if cfg.noCM || cfg.cm != nil {
 		return cfg.cm, nil
 	}
 	m, ok := a.manager()
@@ -127,8 +139,9 @@ func managerOf(a adapter, cfg *config, h any) (*ContentionManager, error) {
 type call struct {
 	cfg      *config // resolved once per call (or the shared defaults), then read-only
 	a        adapter
-	key      any // the adapter's Handle, to which nested calls join
-	cm       *ContentionManager
+	key      any                // the adapter's Handle, to which nested calls join
+	cm       *ContentionManager // arms the lock timeout; nested calls inside its attempts do not queue again
+	adm      admission          // the call's standing with cm; nil: none
 	parent   *txCtxVal
 	start    time.Time
 	deadline time.Time     // the earlier of the context's deadline and the time budget; zero if neither
@@ -136,9 +149,8 @@ type call struct {
 	minDur   time.Duration // the shortest attempt so far; -1 before the first
 	waited   time.Duration // between attempts
 	queued   time.Duration // waiting for the contention manager's admission
-	ticket   cmTicket      // the call's place in the contention manager's order, and its attempt's admission
-	pause    time.Duration // the manager asked for this pause before the next attempt (see release)
-	kept     bool          // the call keeps its place in the manager's gate through the pause
+	pause    time.Duration // the manager asked for this pause, in the call's place, before the next attempt
+	spaced   bool          // the manager spaces the next attempt: no backoff
 	// lockTimeouts counts the attempts that WithLockTimeout's timeout
 	// ended; each doubles the next attempt's.
 	lockTimeouts int
@@ -166,7 +178,7 @@ type result struct {
 func (c *call) loop(ctx context.Context) error {
 	cfg := c.cfg
 	c.start = cfg.clock.Now()
-	c.ticket.since = c.start
+	c.adm = admissionOf(c.cm, cfg, c.a.fn(), c.start)
 	c.deadline, c.reason = c.deadlineOf(ctx)
 	attempt, outcome := 0, Panicked
 	if len(cfg.observers) > 0 {
@@ -180,11 +192,9 @@ func (c *call) loop(ctx context.Context) error {
 				Duration: cfg.clock.Now().Sub(c.start), Waited: c.waited, Queued: c.queued})
 		}()
 	}
-	defer func() {
-		if c.kept { // gave up during a pause
-			c.cm.giveBack(true)
-		}
-	}()
+	if c.adm != nil {
+		defer c.adm.cancel() // gave up during a pause
+	}
 	finish := func(o Outcome, err error) error {
 		outcome = o
 		return err
@@ -208,8 +218,8 @@ func (c *call) loop(ctx context.Context) error {
 		if attempt > 1 && c.pastDeadline(0) {
 			// Admitted too late: the wait for admission ran on while
 			// another call held the gate or a key.
-			if c.cm != nil {
-				c.giveBack()
+			if c.adm != nil {
+				c.adm.cancel()
 			}
 			attempt--
 			return finish(Exhausted, &RetryError{Attempts: attempt, Reason: c.reason, Cause: ErrRetriesExhausted, Err: last})
@@ -291,12 +301,10 @@ func (c *call) pastDeadline(d time.Duration) bool {
 func (c *call) delay(attempt int) time.Duration {
 	cfg := c.cfg
 	var d time.Duration
-	if c.cm == nil || cfg.backoffSet || len(cfg.keys) > 0 {
-		// A contention manager's gate spaces retries out by itself;
-		// keys do not: a conflict despite them came from elsewhere.
+	if !c.spaced { // a domain's gate spaces its retries by itself
 		d = max(cfg.backoff.Delay(attempt, cfg.rand()), 0)
 	}
-	if c.kept {
+	if c.pause > 0 {
 		// The manager saw a conflict with another process: the call
 		// pauses in its place, for at most half the time left.
 		if !c.deadline.IsZero() {
@@ -345,58 +353,21 @@ func (c *call) deadlineOf(ctx context.Context) (time.Time, string) {
 // admit waits for the contention manager's admission, within ctx and the
 // deadline, and returns how long it waited.
 func (c *call) admit(ctx context.Context) (time.Duration, error) {
-	if c.cm == nil {
-		return 0, nil
-	}
-	if c.kept {
-		// The call kept its place through the pause.
-		c.cm.resume(&c.ticket)
-		c.kept = false
-		return 0, nil
-	}
-	keys := c.cfg.keys
-	if len(keys) > 0 && c.cm.tryLockKeys(keys) || len(keys) == 0 && c.cm.tryAcquire(&c.ticket) {
+	if c.adm == nil {
 		return 0, nil
 	}
 	t0 := c.cfg.clock.Now()
+	limit := time.Duration(-1)
 	if !c.deadline.IsZero() {
-		// The deadline is on the configured clock; a real timer
-		// approximates it.
-		actx, cancel := context.WithTimeout(ctx, c.deadline.Sub(t0))
-		defer cancel()
-		ctx = actx
+		limit = max(c.deadline.Sub(t0), 0)
 	}
-	var err error
-	if len(keys) > 0 {
-		err = c.cm.lockKeys(ctx, keys)
-	} else {
-		// A gate stands still in real time: the configured clock, which
-		// tests may run faster, does not time it.
-		err = c.cm.acquire(ctx, &c.ticket, systemClock{})
+	waited, err := c.adm.enter(ctx, limit)
+	if !waited {
+		return 0, err
 	}
 	queued := c.cfg.clock.Now().Sub(t0)
 	c.queued += queued
 	return queued, err
-}
-
-// leave gives back what admit took.
-func (c *call) leave(conflict bool, d time.Duration, now time.Time) {
-	if len(c.cfg.keys) > 0 {
-		c.cm.unlockKeys(c.cfg.keys)
-		return
-	}
-	// An explicit backoff spaces the retries itself.
-	c.pause = c.cm.release(&c.ticket, conflict, d, now, !c.cfg.backoffSet, c.cfg.rand)
-	c.kept = c.pause > 0
-}
-
-// giveBack gives back what admit took, for an attempt that does not run.
-func (c *call) giveBack() {
-	if len(c.cfg.keys) > 0 {
-		c.cm.unlockKeys(c.cfg.keys)
-		return
-	}
-	c.cm.giveBack(false)
 }
 
 // wait sleeps d on the configured clock, or until ctx ends.
@@ -432,7 +403,7 @@ func (c *call) attempt(ctx context.Context, n int, queued time.Duration) (res re
 			// in fn is not.
 			cut := res.kind == resPermanent && ctx.Err() != nil
 			c.cm.noteAttempt(res.err, cut, dur, c.lockTimeouts > timeouts, now)
-			c.leave(res.kind == resRetryable || cut, dur, now)
+			c.pause, c.spaced = c.adm.done(res.kind == resRetryable || cut, now)
 		}()
 	}
 	if len(c.cfg.observers) > 0 {

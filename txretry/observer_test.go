@@ -164,7 +164,7 @@ func TestSeveralObserversAndCallStarter(t *testing.T) {
 }
 
 func TestQueuedTimeIsReported(t *testing.T) {
-	m := newManager(t, 1)
+	m := closedManager(t, "hot")
 	f := newFixture(t, &fakedb.Driver{})
 	release := make(chan struct{})
 	_, holderDone := gateHolder(t, f.db, m, release)
@@ -177,7 +177,7 @@ func TestQueuedTimeIsReported(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- txretry.RunInTx(context.Background(), f.db, func(context.Context, *sql.Tx) error { return nil },
-			txretry.WithContentionManager(m), txretry.WithObserver(obs))
+			txretry.WithContentionManager(m), txretry.WithLabel("hot"), txretry.WithObserver(obs))
 	}()
 	waitQueued(t, m, 1)
 	time.Sleep(20 * time.Millisecond)

@@ -38,7 +38,6 @@ type config struct {
 	err            error
 	maxAttempts    int
 	backoff        Backoff
-	backoffSet     bool
 	budget         time.Duration
 	attemptTimeout time.Duration
 	commitTimeout  time.Duration
@@ -53,7 +52,7 @@ type config struct {
 	observers      []Observer
 	label          string
 	cm             *ContentionManager
-	cmSet          bool     // cm was chosen by an option (nil: off)
+	noCM           bool     // WithoutContentionManager
 	keys           []string // WithContentionKeys: sorted, without duplicates
 	dbLocks        bool     // WithDatabaseKeyLocks
 	budgetShared   *RetryBudget
@@ -94,7 +93,7 @@ func resolve(c *config, opts []Option) error {
 		}
 		o(c)
 	}
-	if len(c.keys) > 0 && c.cmSet && c.cm == nil {
+	if len(c.keys) > 0 && c.noCM {
 		c.fail("WithContentionKeys with WithoutContentionManager: the keys are held in a contention manager")
 	}
 	if c.dbLocks && len(c.keys) == 0 {
@@ -122,19 +121,19 @@ func WithMaxAttempts(n int) Option {
 	}
 }
 
-// WithBackoff sets the wait between attempts. Default: DefaultBackoff(),
-// full jitter over an exponential delay from 2 ms capped at 250 ms, used
-// when no contention manager is in force (WithoutContentionManager, or a
-// handle without a default manager). With a contention manager and no
-// WithBackoff, retries wait in the manager's queue instead of sleeping; an
-// explicit WithBackoff applies in addition to the queue.
+// WithBackoff sets the wait before a retry that no contention gate spaces:
+// every retry without a manager (WithoutContentionManager) or with
+// WithContentionKeys, and the retries of a domain whose gate is open (see
+// ContentionManager). A retry of a domain whose gate is closed queues at
+// the gate instead. Default: DefaultBackoff(), full jitter over an
+// exponential delay from 2 ms capped at 250 ms.
 func WithBackoff(b Backoff) Option {
 	return func(c *config) {
 		if isNil(b) {
 			c.fail("WithBackoff(nil)")
 			return
 		}
-		c.backoff, c.backoffSet = b, true
+		c.backoff = b
 	}
 }
 
@@ -296,8 +295,12 @@ func WithRetryOn(retryable ...func(err error) bool) Option {
 	}
 }
 
-// WithClock sets the clock used for waits between attempts and for the time
-// budget; meant for deterministic tests. Default: the system clock.
+// WithClock sets the clock used for waits between attempts, the time
+// budget, the durations that observers see and the contention manager's
+// pace and lock-timeout memory; meant for deterministic tests. A closed
+// gate that admits nobody for a while widens on real time whatever the
+// clock (see ContentionManager), and a wait at a gate or for keys ends at
+// the deadline measured on a real timer. Default: the system clock.
 func WithClock(clk Clock) Option {
 	return func(c *config) {
 		if isNil(clk) {
@@ -322,7 +325,10 @@ func WithRand(float64 func() float64) Option {
 }
 
 // WithLabel names the operation (for example "transfer"), for observers,
-// logs and metrics. Default: empty.
+// logs and metrics, and as the call's conflict domain in the contention
+// manager: calls with one label queue together when they conflict, apart
+// from every other domain. Default: empty (the domain is where fn was
+// written).
 func WithLabel(label string) Option {
 	return func(c *config) { c.label = label }
 }

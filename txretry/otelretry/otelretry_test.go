@@ -229,7 +229,7 @@ func TestObserverRecords(t *testing.T) {
 			opts := append([]txretry.Option{
 				txretry.WithLabel("transfer"),
 				txretry.WithClock(&fakeclock.Clock{}),
-				txretry.WithBackoff(txretry.Constant(5 * time.Millisecond)),
+				txretry.WithBackoff(txretry.Constant(5 * time.Millisecond)), txretry.WithoutContentionManager(), // the backoff alone spaces the retries
 				txretry.WithObserver(h.obs),
 			}, tt.opts...)
 			_ = txretry.RunInTx(ctx, db, debit, opts...)

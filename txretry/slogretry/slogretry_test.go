@@ -197,7 +197,7 @@ func TestObserverLines(t *testing.T) {
 			opts := append([]txretry.Option{
 				txretry.WithLabel("transfer"),
 				txretry.WithClock(&fakeclock.Clock{}),
-				txretry.WithBackoff(txretry.Constant(5 * time.Millisecond)),
+				txretry.WithBackoff(txretry.Constant(5 * time.Millisecond)), txretry.WithoutContentionManager(), // the backoff alone spaces the retries
 				txretry.WithObserver(slogretry.New(jsonLogger(&buf, tt.level))),
 			}, tt.opts...)
 
