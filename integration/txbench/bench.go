@@ -31,6 +31,7 @@ type config struct {
 	seed       uint64
 	format     string // "table" or "tsv"
 	tsvPath    string
+	chartPath  string
 	quiet      bool
 	cpuProfile string
 }
@@ -54,6 +55,7 @@ type runResult struct {
 	duration, deadline       time.Duration
 	st                       stats // merged over the workers; per-call slices dropped after the check
 	p50, p99, p999           time.Duration
+	classP99                 [nClasses]time.Duration // p99 of each class's calls
 	check                    checkResult
 }
 
@@ -168,6 +170,9 @@ func runOne(ctx context.Context, cfg *config, ws workloadSpec, ds driverSpec, r 
 		}
 	}
 	res.p50, res.p99, res.p999 = percentiles(res.st.lat)
+	for i := range res.st.classes {
+		_, res.classP99[i], _ = percentiles(res.st.classes[i].Lat)
+	}
 
 	cctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
@@ -177,6 +182,9 @@ func runOne(ctx context.Context, cfg *config, ws workloadSpec, ds driverSpec, r 
 	}
 	// The summaries need only the counts: free the per-call slices.
 	res.st.lat, res.st.committedIDs, res.st.uncertainIDs = nil, nil, nil
+	for i := range res.st.classes {
+		res.st.classes[i].Lat = nil
+	}
 	return res, nil
 }
 

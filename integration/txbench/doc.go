@@ -22,9 +22,14 @@
 //   - transfer10: transfers between 10 accounts; each call reads both
 //     balances, writes both and logs the transfer.
 //   - transfer10k: the same over 10,000 accounts (low contention).
+//   - mixed: each call, drawn by its worker's seeded choices, is the hot
+//     row's transaction with probability 10% and otherwise a transfer over
+//     100,000 accounts; the two classes reach txretry through two distinct fn
+//     literals, with no label. Below the table, per class (hot, cold): goodput,
+//     fail%, p99 and the mean Queued of txretry's CallFinished events.
 //
-// The random choices of every worker (accounts, amounts) are generated before
-// the run, identically for every runner of the same repeat.
+// The random choices of every worker (accounts, amounts, classes) are
+// generated before the run, identically for every runner of the same repeat.
 //
 // # Runners
 //
@@ -118,7 +123,8 @@
 //     been reported committed or uncertain. hot: the counter equals the number
 //     of logged calls. transfers: the sum of balances is unchanged, and every
 //     balance equals its initial value plus the logged transfers, whose
-//     accounts and amounts match the calls that made them.
+//     accounts and amounts match the calls that made them. mixed: both, each
+//     log holding only calls of its class.
 //
 // # Flags
 //
@@ -129,12 +135,14 @@
 //	-duration d       length of one run (default 10s)
 //	-deadline d       deadline of one call (default 1s)
 //	-repeat n         runs per runner (default 3)
-//	-workload list    comma list of hot, transfer10, transfer10k (default all)
+//	-workload list    comma list of hot, transfer10, transfer10k, mixed (default all)
 //	-runners list     comma list of runners (default all)
 //	-driver list      comma list of pgx, mysql, pgxstdlib (default pgx,mysql)
 //	-pg-dsn, -mysql-dsn  override TXRETRY_PG_DSN, TXRETRY_MYSQL_DSN
 //	-format f         table (default) or tsv, on standard output
 //	-tsv file         also write the TSV (every run and the medians) to file
+//	-chart file       also draw the medians' goodput and fail% against -procs,
+//	                  per workload and driver, a line per runner, as a PNG
 //	-seed n           seed of the workers' random choices (default 1)
 //	-q                no progress lines on standard error
 //

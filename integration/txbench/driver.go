@@ -60,8 +60,9 @@ type conn interface {
 	// queryInts returns the rows of q, whose ncol columns are integers,
 	// flattened row by row.
 	queryInts(ctx context.Context, q string, ncol int) ([]int64, error)
-	// runTxretry runs body with txretry (RunInTx or pgxretry.RunInTx).
-	runTxretry(ctx context.Context, body txBody, opts []txretry.Option) error
+	// runTxretry runs body, a call of class cl, with txretry (RunInTx or
+	// pgxretry.RunInTx), through the fn of its class (pgxFn, sqlFn).
+	runTxretry(ctx context.Context, cl callClass, body txBody, opts []txretry.Option) error
 	// attempt runs one SERIALIZABLE transaction: BEGIN, body, COMMIT
 	// (ROLLBACK if body failed), as a peer's hand-written loop would,
 	// and returns the phase that failed.
@@ -155,10 +156,18 @@ func (c *pgxConn) queryInts(ctx context.Context, q string, ncol int) ([]int64, e
 	return scanInts(rows, ncol)
 }
 
-func (c *pgxConn) runTxretry(ctx context.Context, body txBody, opts []txretry.Option) error {
-	return pgxretry.RunInTx(ctx, c.pool, func(ctx context.Context, tx pgx.Tx) error {
-		return body(ctx, pgxTx{tx})
-	}, opts...)
+func (c *pgxConn) runTxretry(ctx context.Context, cl callClass, body txBody, opts []txretry.Option) error {
+	return pgxretry.RunInTx(ctx, c.pool, pgxFn(cl, body), opts...)
+}
+
+// pgxFn returns the fn that runs body in a pgx transaction: a literal of its
+// own per class of call, so that txretry, which keys its contention control
+// on the fn's code pointer, tells the classes apart.
+func pgxFn(cl callClass, body txBody) func(context.Context, pgx.Tx) error {
+	if cl == classHot {
+		return func(ctx context.Context, tx pgx.Tx) error { return body(ctx, pgxTx{tx}) }
+	}
+	return func(ctx context.Context, tx pgx.Tx) error { return body(ctx, pgxTx{tx}) }
 }
 
 func (c *pgxConn) attempt(ctx context.Context, body txBody) (phase, error) {
@@ -315,10 +324,17 @@ func (c *sqlConn) queryInts(ctx context.Context, q string, ncol int) ([]int64, e
 	return scanInts(rows, ncol)
 }
 
-func (c *sqlConn) runTxretry(ctx context.Context, body txBody, opts []txretry.Option) error {
-	return txretry.RunInTx(ctx, c.db, func(ctx context.Context, tx *sql.Tx) error {
-		return body(ctx, sqlTx{tx})
-	}, opts...)
+func (c *sqlConn) runTxretry(ctx context.Context, cl callClass, body txBody, opts []txretry.Option) error {
+	return txretry.RunInTx(ctx, c.db, sqlFn(cl, body), opts...)
+}
+
+// sqlFn returns the fn that runs body in a database/sql transaction: a
+// literal of its own per class of call, as pgxFn.
+func sqlFn(cl callClass, body txBody) func(context.Context, *sql.Tx) error {
+	if cl == classHot {
+		return func(ctx context.Context, tx *sql.Tx) error { return body(ctx, sqlTx{tx}) }
+	}
+	return func(ctx context.Context, tx *sql.Tx) error { return body(ctx, sqlTx{tx}) }
 }
 
 func (c *sqlConn) attempt(ctx context.Context, body txBody) (phase, error) {

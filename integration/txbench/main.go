@@ -80,8 +80,8 @@ func mainCode(ctx context.Context, args []string, getenv func(string) string, st
 	return code
 }
 
-// report writes the table or TSV to stdout and the TSV file if asked, and
-// reports whether a consistency check failed.
+// report writes the table or TSV to stdout, and the TSV file and the chart
+// if asked, and reports whether a consistency check failed.
 func report(cfg *config, results []runResult, stdout io.Writer) (checkFailed bool, err error) {
 	names := make([]string, len(cfg.runners))
 	for i, r := range cfg.runners {
@@ -111,7 +111,12 @@ func report(cfg *config, results []runResult, stdout io.Writer) (checkFailed boo
 			_ = f.Close()
 			return checkFailed, err
 		}
-		return checkFailed, f.Close()
+		if err := f.Close(); err != nil {
+			return checkFailed, err
+		}
+	}
+	if cfg.chartPath != "" {
+		return checkFailed, writeChart(cfg.chartPath, sums)
 	}
 	return checkFailed, nil
 }
@@ -146,6 +151,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	fs.StringVar(&cfg.tidbDSN, "tidb-dsn", getenv(envTiDBDSN), "TiDB DSN for go-sql-driver, driver tidb (default $"+envTiDBDSN+")")
 	fs.StringVar(&cfg.format, "format", "table", "output on stdout: table or tsv")
 	fs.StringVar(&cfg.tsvPath, "tsv", "", "also write the TSV report to this file")
+	fs.StringVar(&cfg.chartPath, "chart", "", "also draw goodput and failed calls against -procs, per workload and driver, as a PNG in this file")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the workers' random choices")
 	fs.BoolVar(&cfg.quiet, "q", false, "no progress lines on stderr")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole invocation to this file")

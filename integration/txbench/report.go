@@ -20,6 +20,9 @@ type metric struct {
 	head  string // table header; empty: TSV only
 	get   func(r *runResult, x refRuns) float64
 	digit int // decimals; -1: milliseconds with adaptive decimals
+	// class: a metric of one class of calls (classMetrics), in the table
+	// only under a mixed workload's.
+	class bool
 }
 
 func failures(r *runResult) int64 {
@@ -36,7 +39,7 @@ func goodputRatio(r, ref *runResult) float64 {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-var metrics = []metric{
+var metrics = append([]metric{
 	{col: "goodput_tps", head: "goodput/s", digit: 0, get: func(r *runResult, _ refRuns) float64 { return r.goodput() }},
 	{col: "ratio", head: "ratio", digit: 2, get: func(r *runResult, x refRuns) float64 { return goodputRatio(r, x.ref) }},
 	{col: "vs_serial", head: "x serial", digit: 2, get: func(r *runResult, x refRuns) float64 { return goodputRatio(r, x.serial) }},
@@ -66,6 +69,42 @@ var metrics = []metric{
 	{col: "cut", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.cut) }},
 	{col: "attempts", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.attempts) }},
 	{col: "commits", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.commits) }},
+}, classMetrics()...)
+
+// classMetrics returns, for each class of calls, its goodput, failed calls,
+// p99 and mean queue time (NaN without a call of the class; the queue time
+// NaN for runners without txretry's events).
+func classMetrics() []metric {
+	var out []metric
+	for cl := range nClasses {
+		name := classNames[cl]
+		per := func(f func(r *runResult, c *classStats) float64) func(*runResult, refRuns) float64 {
+			return func(r *runResult, _ refRuns) float64 {
+				if c := &r.st.classes[cl]; c.Calls > 0 {
+					return f(r, c)
+				}
+				return math.NaN()
+			}
+		}
+		out = append(out,
+			metric{col: name + "_goodput_tps", head: name + "/s", class: true, digit: 0, get: per(func(r *runResult, c *classStats) float64 {
+				return float64(c.InDeadline) / r.duration.Seconds()
+			})},
+			metric{col: name + "_fail_pct", head: name + " fail%", class: true, digit: 1, get: per(func(_ *runResult, c *classStats) float64 {
+				return pct(c.Failed, c.Calls)
+			})},
+			metric{col: name + "_p99_ms", head: name + " p99 ms", class: true, digit: -1, get: per(func(r *runResult, _ *classStats) float64 {
+				return ms(r.classP99[cl])
+			})},
+			metric{col: name + "_queue_ms", head: name + " queue ms", class: true, digit: -1, get: per(func(_ *runResult, c *classStats) float64 {
+				if c.Finished == 0 {
+					return math.NaN()
+				}
+				return ms(c.Queued / time.Duration(c.Finished))
+			})},
+		)
+	}
+	return out
 }
 
 // windowPct is the share of the workers' time that txretry's committed
@@ -287,18 +326,16 @@ func (s *summary) checks() string {
 // driver, then notes (failed checks, samples of "other" errors).
 func writeTable(w io.Writer, cfg *config, sums []summary, ref string) error {
 	bw := bufio.NewWriter(w)
-	var tableMetrics []metric
+	var tableMetrics, perClass []metric
 	for _, m := range metrics {
-		if m.head != "" {
+		switch {
+		case m.class:
+			perClass = append(perClass, m)
+		case m.head != "":
 			tableMetrics = append(tableMetrics, m)
 		}
 	}
-	for start := 0; start < len(sums); {
-		end := start
-		for end < len(sums) && sums[end].workload == sums[start].workload && sums[end].driver == sums[start].driver {
-			end++
-		}
-		group := sums[start:end]
+	for _, group := range groups(sums) {
 		fmt.Fprintf(bw, "\n== %s / %s: %d workers, %s runs, %s deadline, %d repeat(s); medians, ratio = goodput / %s's in the same repeat and procs, x serial = goodput / serial's\n",
 			group[0].workload, group[0].driver, cfg.workers, cfg.duration, cfg.deadline, cfg.repeat, ref)
 		head := []string{"runner", "procs", "wk"}
@@ -339,12 +376,44 @@ func writeTable(w io.Writer, cfg *config, sums []summary, ref string) error {
 		for _, line := range alignRows(rows, 1, len(head)-2) {
 			fmt.Fprintln(bw, line)
 		}
+		if isMixed(group[0].workload) {
+			fmt.Fprintln(bw, "  by class: hot = the hot row's read-then-write, cold = transfers; goodput, failed calls and p99 of "+
+				"the class's calls, queue = mean time txretry's calls waited for admission")
+			rows := [][]string{{"runner", "procs", "wk"}}
+			for _, m := range perClass {
+				rows[0] = append(rows[0], m.head)
+			}
+			for i := range group {
+				s := &group[i]
+				row := []string{s.runner, strconv.Itoa(s.procs), strconv.Itoa(s.workers)}
+				for _, m := range perClass {
+					row = append(row, m.format(s.median(m)))
+				}
+				rows = append(rows, row)
+			}
+			for _, line := range alignRows(rows, 1, len(rows[0])) {
+				fmt.Fprintln(bw, line)
+			}
+		}
 		for _, n := range notes {
 			fmt.Fprintln(bw, "  note: "+n)
 		}
-		start = end
 	}
 	return bw.Flush()
+}
+
+// groups splits sums into runs of the same workload and driver.
+func groups(sums []summary) [][]summary {
+	var out [][]summary
+	for start := 0; start < len(sums); {
+		end := start
+		for end < len(sums) && sums[end].workload == sums[start].workload && sums[end].driver == sums[start].driver {
+			end++
+		}
+		out = append(out, sums[start:end])
+		start = end
+	}
+	return out
 }
 
 // alignRows pads cells to their column's width: columns before left and from

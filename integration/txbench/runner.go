@@ -106,6 +106,10 @@ type worker struct {
 	st    stats
 
 	attempts int // attempts of the current txretry call, from the observer
+	// finished: the current txretry call's CallFinished event was
+	// observed; queued is its Queued.
+	finished bool
+	queued   time.Duration
 	// began is when the body of the current txretry call's committing
 	// attempt started; zero when the call did not commit through txretry.
 	began time.Time
@@ -139,6 +143,7 @@ func (w *worker) observe(_ context.Context, e txretry.Event) {
 		w.st.codes[code]++
 	case txretry.CallFinished:
 		w.attempts = e.Attempts
+		w.finished, w.queued = true, e.Queued
 	}
 }
 
@@ -152,30 +157,34 @@ func (w *worker) loop(ctx context.Context, start <-chan struct{}, end *time.Time
 			return
 		}
 		id := callID(w.idx, seq)
+		cl := w.wl.classOf(id)
 		cctx, cancel := context.WithTimeout(ctx, deadline)
-		out, attempts, err := w.call(cctx, id)
+		out, attempts, err := w.call(cctx, cl, id)
 		cancel()
 		fin := time.Now()
 		if out == outOther && w.st.otherSample == "" {
 			w.st.otherSample = txretry.Describe(err)
 		}
-		w.st.record(id, out, attempts, t0, fin, stop, deadline)
+		w.st.record(id, cl, out, attempts, t0, fin, stop, deadline)
 		w.st.addWindow(w.began, fin, stop)
+		if w.finished {
+			w.st.addQueued(cl, w.queued)
+		}
 	}
 }
 
-// call runs call id with the worker's runner.
-func (w *worker) call(ctx context.Context, id int64) (outcome, int, error) {
+// call runs call id, of class cl, with the worker's runner.
+func (w *worker) call(ctx context.Context, cl callClass, id int64) (outcome, int, error) {
 	body := w.wl.body(id)
 	switch w.r.kind {
 	case kindTxretry:
-		w.attempts = 0
+		w.attempts, w.finished = 0, false
 		opts := w.opts
 		if w.r.keys {
 			opts = append(slices.Clip(opts), txretry.WithContentionKeys(w.wl.keys(id)...))
 		}
 		var began time.Time
-		err := w.c.runTxretry(ctx, func(ctx context.Context, q querier) error {
+		err := w.c.runTxretry(ctx, cl, func(ctx context.Context, q querier) error {
 			began = time.Now()
 			return body(ctx, q)
 		}, opts)

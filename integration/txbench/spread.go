@@ -42,6 +42,7 @@ type childReport struct {
 	Codes                                               map[string]int64
 	CommittedIDs, UncertainIDs                          []int64
 	OtherSample                                         string
+	Classes                                             [nClasses]classStats
 }
 
 func reportOf(s *stats) childReport {
@@ -49,7 +50,7 @@ func reportOf(s *stats) childReport {
 		Lat: s.lat, Calls: s.calls, InDeadline: s.inDeadline, Late: s.late, Exhausted: s.exhausted,
 		Deadline: s.deadline, Other: s.other, Uncertain: s.uncertain, Cut: s.cut, Attempts: s.attempts,
 		Commits: s.commits, Window: s.window, Codes: s.codes, CommittedIDs: s.committedIDs,
-		UncertainIDs: s.uncertainIDs, OtherSample: s.otherSample,
+		UncertainIDs: s.uncertainIDs, OtherSample: s.otherSample, Classes: s.classes,
 	}
 }
 
@@ -58,7 +59,7 @@ func (c *childReport) stats() stats {
 		lat: c.Lat, calls: c.Calls, inDeadline: c.InDeadline, late: c.Late, exhausted: c.Exhausted,
 		deadline: c.Deadline, other: c.Other, uncertain: c.Uncertain, cut: c.Cut, attempts: c.Attempts,
 		commits: c.Commits, window: c.Window, codes: c.Codes, committedIDs: c.CommittedIDs,
-		uncertainIDs: c.UncertainIDs, otherSample: c.OtherSample,
+		uncertainIDs: c.UncertainIDs, otherSample: c.OtherSample, classes: c.Classes,
 	}
 	if s.codes == nil {
 		s.codes = map[string]int64{}

@@ -46,6 +46,31 @@ type stats struct {
 	committedIDs []int64 // calls reported committed
 	uncertainIDs []int64 // calls whose commit is uncertain
 	otherSample  string  // description of one "other" error, for the notes
+
+	classes [nClasses]classStats // the same calls by class
+}
+
+// classStats is the record of the calls of one class (see callClass). Its
+// fields are exported for the children's JSON reports.
+type classStats struct {
+	Lat        []time.Duration // as stats.lat
+	Calls      int64
+	InDeadline int64 // as stats.inDeadline
+	Failed     int64 // exhausted, deadline, uncertain or other, within the run
+	// Finished counts the txretry calls whose CallFinished event was
+	// observed, and Queued sums those events' Queued: the time the calls
+	// waited for the contention manager's admission.
+	Finished int64
+	Queued   time.Duration
+}
+
+func (c *classStats) merge(o *classStats) {
+	c.Lat = append(c.Lat, o.Lat...)
+	c.Calls += o.Calls
+	c.InDeadline += o.InDeadline
+	c.Failed += o.Failed
+	c.Finished += o.Finished
+	c.Queued += o.Queued
 }
 
 func newStats() stats {
@@ -55,10 +80,12 @@ func newStats() stats {
 	}
 }
 
-// record accounts one finished call that started at start and finished at fin,
-// in a run that ended at end.
-func (s *stats) record(id int64, out outcome, attempts int, start, fin, end time.Time, deadline time.Duration) {
+// record accounts one finished call of class cl that started at start and
+// finished at fin, in a run that ended at end.
+func (s *stats) record(id int64, cl callClass, out outcome, attempts int, start, fin, end time.Time, deadline time.Duration) {
+	cs := &s.classes[cl]
 	s.calls++
+	cs.Calls++
 	s.attempts += int64(attempts)
 	switch out {
 	case outCommitted:
@@ -70,17 +97,21 @@ func (s *stats) record(id int64, out outcome, attempts int, start, fin, end time
 	if fin.After(end) {
 		s.cut++
 		s.lat = append(s.lat, end.Sub(start))
+		cs.Lat = append(cs.Lat, end.Sub(start))
 		return
 	}
 	lat := fin.Sub(start)
 	s.lat = append(s.lat, lat)
+	cs.Lat = append(cs.Lat, lat)
 	switch out {
 	case outCommitted:
 		if lat <= deadline {
 			s.inDeadline++
+			cs.InDeadline++
 		} else {
 			s.late++
 		}
+		return
 	case outExhausted:
 		s.exhausted++
 	case outDeadline:
@@ -90,6 +121,14 @@ func (s *stats) record(id int64, out outcome, attempts int, start, fin, end time
 	default:
 		s.other++
 	}
+	cs.Failed++
+}
+
+// addQueued accounts the time a txretry call of class cl waited for
+// admission, from its CallFinished event.
+func (s *stats) addQueued(cl callClass, queued time.Duration) {
+	s.classes[cl].Finished++
+	s.classes[cl].Queued += queued
 }
 
 // addWindow adds to the window the part before end of a committed call's
@@ -127,6 +166,9 @@ func (s *stats) merge(o *stats) {
 	s.uncertainIDs = append(s.uncertainIDs, o.uncertainIDs...)
 	if s.otherSample == "" {
 		s.otherSample = o.otherSample
+	}
+	for i := range s.classes {
+		s.classes[i].merge(&o.classes[i])
 	}
 }
 

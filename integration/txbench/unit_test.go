@@ -88,13 +88,13 @@ func TestStatsRecordAndMerge(t *testing.T) {
 	end := base.Add(10 * time.Second)
 	dl := time.Second
 	a, b := newStats(), newStats()
-	a.record(1, outCommitted, 1, base, base.Add(100*time.Millisecond), end, dl)        // in deadline
-	a.record(2, outCommitted, 3, base, base.Add(1500*time.Millisecond), end, dl)       // late
-	a.record(3, outExhausted, 10, base, base.Add(200*time.Millisecond), end, dl)       // exhausted
-	b.record(4, outDeadline, 4, base, base.Add(time.Second), end, dl)                  // deadline
-	b.record(5, outUncertain, 1, base, base.Add(time.Millisecond), end, dl)            // uncertain
-	b.record(6, outOther, 1, base, base.Add(time.Millisecond), end, dl)                // other
-	b.record(7, outCommitted, 2, end.Add(-time.Second), end.Add(time.Second), end, dl) // cut: counted at 1 s
+	a.record(1, classHot, outCommitted, 1, base, base.Add(100*time.Millisecond), end, dl)        // in deadline
+	a.record(2, classHot, outCommitted, 3, base, base.Add(1500*time.Millisecond), end, dl)       // late
+	a.record(3, classHot, outExhausted, 10, base, base.Add(200*time.Millisecond), end, dl)       // exhausted
+	b.record(4, classHot, outDeadline, 4, base, base.Add(time.Second), end, dl)                  // deadline
+	b.record(5, classHot, outUncertain, 1, base, base.Add(time.Millisecond), end, dl)            // uncertain
+	b.record(6, classHot, outOther, 1, base, base.Add(time.Millisecond), end, dl)                // other
+	b.record(7, classHot, outCommitted, 2, end.Add(-time.Second), end.Add(time.Second), end, dl) // cut: counted at 1 s
 	a.codes["40001"] = 2
 	b.codes["40001"] = 3
 	b.codes["none"] = 1
@@ -219,8 +219,10 @@ func TestTiDBWorkloadsLockTheirReads(t *testing.T) {
 	for _, ws := range allWorkloads {
 		for _, ds := range allDrivers {
 			w := newWorkloadRun(ws, ds, 2, 1)
-			if got := strings.HasSuffix(w.sel, " FOR UPDATE"); got != (ds.name == driverTiDB) {
-				t.Errorf("%s on %s: read %q", ws.name, ds.name, w.sel)
+			for _, sel := range []string{w.hot.sel, w.xfer.sel} {
+				if got := strings.HasSuffix(sel, " FOR UPDATE"); sel != "" && got != (ds.name == driverTiDB) {
+					t.Errorf("%s on %s: read %q", ws.name, ds.name, sel)
+				}
 			}
 		}
 	}

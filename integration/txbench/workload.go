@@ -13,13 +13,42 @@ import (
 type workloadSpec struct {
 	name     string
 	accounts int // 0: the single hot row
+	// hotPct is the percentage of the calls of a workload with accounts
+	// that run the hot row's transaction instead of a transfer (mixed).
+	hotPct int
 }
 
 var allWorkloads = []workloadSpec{
 	{name: "hot"},
 	{name: "transfer10", accounts: 10},
 	{name: "transfer10k", accounts: 10_000},
+	{name: "mixed", accounts: 100_000, hotPct: 10},
 }
+
+// hasHot reports whether some calls of the workload run on the hot row.
+func (s workloadSpec) hasHot() bool { return s.accounts == 0 || s.hotPct > 0 }
+
+// mixed reports whether the workload has calls of both classes.
+func (s workloadSpec) mixed() bool { return s.accounts > 0 && s.hotPct > 0 }
+
+// isMixed reports whether the workload named name is mixed.
+func isMixed(name string) bool {
+	s, _ := find(allWorkloads, func(w workloadSpec) bool { return w.name == name })
+	return s.mixed()
+}
+
+// callClass is the transaction a call runs. txretry keys its contention
+// control on the code pointer of the fn it is given, so each class reaches
+// txretry through a fn literal of its own (pgxFn, sqlFn).
+type callClass uint8
+
+const (
+	classHot  callClass = iota // the hot row's read-then-write
+	classCold                  // a transfer between two accounts
+	nClasses
+)
+
+var classNames = [nClasses]string{"hot", "cold"}
 
 const (
 	// initialBalance of every account: large enough that no balance gets
@@ -34,8 +63,12 @@ const (
 	seqBits = 32
 )
 
-// transfer is one pre-generated transfer.
-type transfer struct{ src, dst, amount int64 }
+// transfer is one pre-generated transfer; in a mixed workload, hot marks a
+// call of the hot row instead.
+type transfer struct {
+	src, dst, amount int64
+	hot              bool
+}
 
 // callID returns the id of a worker's seq-th call.
 func callID(worker, seq int) int64 { return int64(worker)<<seqBits | int64(uint32(seq)) }
@@ -43,11 +76,16 @@ func callID(worker, seq int) int64 { return int64(worker)<<seqBits | int64(uint3
 // workloadRun is a workload prepared for one run on one dialect.
 type workloadRun struct {
 	spec      workloadSpec
-	acct, log string // table names
-	sel, upd  string // read and write of the row(s)
-	ins       string // log insert
+	acct, log string // the transfers' table names
+	hot, xfer stmts  // the statements of each class's transaction
 	rings     [][]transfer
 	reset     []string // statements that recreate the tables
+}
+
+// stmts are the statements of one class's transaction.
+type stmts struct {
+	sel, upd string // read and write of the row(s)
+	ins      string // log insert
 }
 
 var placeholder = regexp.MustCompile(`\$[0-9]+`)
@@ -71,29 +109,34 @@ func newWorkloadRun(spec workloadSpec, ds driverSpec, workers int, seed uint64) 
 	if ds.lockingReads {
 		lock = " FOR UPDATE"
 	}
-	if spec.accounts == 0 {
-		w.acct, w.log = "txbench_hot", "txbench_hot_log"
-		w.sel = "SELECT v FROM txbench_hot WHERE id = 1" + lock
-		w.upd = rebind(d, "UPDATE txbench_hot SET v = $1 WHERE id = 1")
-		w.ins = rebind(d, "INSERT INTO txbench_hot_log (call_id) VALUES ($1)")
-		w.reset = []string{
+	if spec.hasHot() {
+		w.hot = stmts{
+			sel: "SELECT v FROM txbench_hot WHERE id = 1" + lock,
+			upd: rebind(d, "UPDATE txbench_hot SET v = $1 WHERE id = 1"),
+			ins: rebind(d, "INSERT INTO txbench_hot_log (call_id) VALUES ($1)"),
+		}
+		w.reset = append(w.reset,
 			"DROP TABLE IF EXISTS txbench_hot, txbench_hot_log",
 			"CREATE TABLE txbench_hot (id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL)",
 			"CREATE TABLE txbench_hot_log (call_id BIGINT NOT NULL PRIMARY KEY)",
 			"INSERT INTO txbench_hot (id, v) VALUES (1, 0)",
-		}
+		)
+	}
+	if spec.accounts == 0 {
 		return w
 	}
 	w.acct = "txbench_" + spec.name + "_acct"
 	w.log = "txbench_" + spec.name + "_log"
-	w.sel = rebind(d, "SELECT balance FROM "+w.acct+" WHERE id = $1"+lock)
-	w.upd = rebind(d, "UPDATE "+w.acct+" SET balance = $1 WHERE id = $2")
-	w.ins = rebind(d, "INSERT INTO "+w.log+" (call_id, src, dst, amount) VALUES ($1, $2, $3, $4)")
-	w.reset = []string{
-		"DROP TABLE IF EXISTS " + w.acct + ", " + w.log,
-		"CREATE TABLE " + w.acct + " (id INT NOT NULL PRIMARY KEY, balance BIGINT NOT NULL)",
-		"CREATE TABLE " + w.log + " (call_id BIGINT NOT NULL PRIMARY KEY, src INT NOT NULL, dst INT NOT NULL, amount BIGINT NOT NULL)",
+	w.xfer = stmts{
+		sel: rebind(d, "SELECT balance FROM "+w.acct+" WHERE id = $1"+lock),
+		upd: rebind(d, "UPDATE "+w.acct+" SET balance = $1 WHERE id = $2"),
+		ins: rebind(d, "INSERT INTO "+w.log+" (call_id, src, dst, amount) VALUES ($1, $2, $3, $4)"),
 	}
+	w.reset = append(w.reset,
+		"DROP TABLE IF EXISTS "+w.acct+", "+w.log,
+		"CREATE TABLE "+w.acct+" (id INT NOT NULL PRIMARY KEY, balance BIGINT NOT NULL)",
+		"CREATE TABLE "+w.log+" (call_id BIGINT NOT NULL PRIMARY KEY, src INT NOT NULL, dst INT NOT NULL, amount BIGINT NOT NULL)",
+	)
 	w.reset = append(w.reset, seedStatements(w.acct, spec.accounts)...)
 	if d == dialectPG {
 		w.reset = append(w.reset, "ANALYZE "+w.acct)
@@ -104,6 +147,10 @@ func newWorkloadRun(spec workloadSpec, ds driverSpec, workers int, seed uint64) 
 		rnd := rand.New(rand.NewPCG(seed, uint64(i)))
 		ring := make([]transfer, ringSize)
 		for j := range ring {
+			if spec.hotPct > 0 && rnd.IntN(100) < spec.hotPct {
+				ring[j] = transfer{hot: true}
+				continue
+			}
 			src := 1 + rnd.IntN(n)
 			dst := 1 + rnd.IntN(n-1)
 			if dst >= src {
@@ -154,10 +201,21 @@ func (w *workloadRun) transferOf(id int64) (transfer, bool) {
 	return w.rings[worker][(id&(1<<seqBits-1))%ringSize], true
 }
 
+// classOf returns the class of call id.
+func (w *workloadRun) classOf(id int64) callClass {
+	if w.spec.accounts == 0 {
+		return classHot
+	}
+	if t, _ := w.transferOf(id); t.hot {
+		return classHot
+	}
+	return classCold
+}
+
 // keys names the rows call id writes, for WithContentionKeys.
 func (w *workloadRun) keys(id int64) []string {
-	if w.spec.accounts == 0 {
-		return []string{"1"}
+	if w.classOf(id) == classHot {
+		return []string{"hot"}
 	}
 	t, _ := w.transferOf(id)
 	return []string{strconv.FormatInt(t.src, 10), strconv.FormatInt(t.dst, 10)}
@@ -165,35 +223,35 @@ func (w *workloadRun) keys(id int64) []string {
 
 // body returns the transaction of call id.
 func (w *workloadRun) body(id int64) txBody {
-	if w.spec.accounts == 0 {
+	if w.classOf(id) == classHot {
 		return func(ctx context.Context, q querier) error {
-			v, err := q.queryInt(ctx, w.sel)
+			v, err := q.queryInt(ctx, w.hot.sel)
 			if err != nil {
 				return err
 			}
-			if err := q.exec(ctx, w.upd, v+1); err != nil {
+			if err := q.exec(ctx, w.hot.upd, v+1); err != nil {
 				return err
 			}
-			return q.exec(ctx, w.ins, id)
+			return q.exec(ctx, w.hot.ins, id)
 		}
 	}
 	t, _ := w.transferOf(id)
 	return func(ctx context.Context, q querier) error {
-		from, err := q.queryInt(ctx, w.sel, t.src)
+		from, err := q.queryInt(ctx, w.xfer.sel, t.src)
 		if err != nil {
 			return err
 		}
-		to, err := q.queryInt(ctx, w.sel, t.dst)
+		to, err := q.queryInt(ctx, w.xfer.sel, t.dst)
 		if err != nil {
 			return err
 		}
-		if err := q.exec(ctx, w.upd, from-t.amount, t.src); err != nil {
+		if err := q.exec(ctx, w.xfer.upd, from-t.amount, t.src); err != nil {
 			return err
 		}
-		if err := q.exec(ctx, w.upd, to+t.amount, t.dst); err != nil {
+		if err := q.exec(ctx, w.xfer.upd, to+t.amount, t.dst); err != nil {
 			return err
 		}
-		return q.exec(ctx, w.ins, id, t.src, t.dst, t.amount)
+		return q.exec(ctx, w.xfer.ins, id, t.src, t.dst, t.amount)
 	}
 }
 
@@ -220,38 +278,78 @@ func (r checkResult) String() string {
 	return "FAIL: " + strings.Join(r.problems, "; ")
 }
 
-// check compares the database after a run with what the callers were told.
+// check compares the database after a run with what the callers were told:
+// the calls logged in the hot row's log and in the transfers' log, together,
+// against the calls reported committed and uncertain.
 func (w *workloadRun) check(ctx context.Context, c conn, committed, uncertain []int64) (checkResult, error) {
-	var res checkResult
-	if w.spec.accounts == 0 {
-		vs, err := c.queryInts(ctx, "SELECT v FROM txbench_hot", 1)
+	var ids []int64
+	var problems []string
+	if w.spec.hasHot() {
+		logged, p, err := w.checkHot(ctx, c)
 		if err != nil {
-			return res, fmt.Errorf("read counter: %w", err)
+			return checkResult{}, err
 		}
-		ids, err := c.queryInts(ctx, "SELECT call_id FROM txbench_hot_log", 1)
-		if err != nil {
-			return res, fmt.Errorf("read log: %w", err)
-		}
-		res = compareIDs(ids, committed, uncertain)
-		switch {
-		case len(vs) != 1:
-			res.problems = append(res.problems, fmt.Sprintf("%d hot rows, want 1", len(vs)))
-		case vs[0] != int64(len(ids)):
-			res.problems = append(res.problems, fmt.Sprintf("counter %d != %d logged calls", vs[0], len(ids)))
-		}
-		return res, nil
+		ids, problems = append(ids, logged...), append(problems, p...)
 	}
+	if w.spec.accounts > 0 {
+		logged, p, err := w.checkTransfers(ctx, c)
+		if err != nil {
+			return checkResult{}, err
+		}
+		ids, problems = append(ids, logged...), append(problems, p...)
+	}
+	res := compareIDs(ids, committed, uncertain)
+	res.problems = append(res.problems, problems...)
+	return res, nil
+}
 
+// checkHot returns the calls logged in the hot row's log and the problems
+// found: the counter must equal the number of logged calls, and in a mixed
+// workload every logged call must be one of its hot calls.
+func (w *workloadRun) checkHot(ctx context.Context, c conn) (ids []int64, problems []string, err error) {
+	vs, err := c.queryInts(ctx, "SELECT v FROM txbench_hot", 1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read counter: %w", err)
+	}
+	ids, err = c.queryInts(ctx, "SELECT call_id FROM txbench_hot_log", 1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read log: %w", err)
+	}
+	switch {
+	case len(vs) != 1:
+		problems = append(problems, fmt.Sprintf("%d hot rows, want 1", len(vs)))
+	case vs[0] != int64(len(ids)):
+		problems = append(problems, fmt.Sprintf("counter %d != %d logged calls", vs[0], len(ids)))
+	}
+	if w.spec.mixed() {
+		var cold int
+		for _, id := range ids {
+			if t, known := w.transferOf(id); !known || !t.hot {
+				cold++
+			}
+		}
+		if cold > 0 {
+			problems = append(problems, fmt.Sprintf("%d calls logged on the hot row are not hot calls", cold))
+		}
+	}
+	return ids, problems, nil
+}
+
+// checkTransfers returns the calls logged in the transfers' log and the
+// problems found: the sum of balances must be unchanged, and every balance
+// must equal its initial value plus the logged transfers, whose accounts and
+// amounts must match the calls that made them.
+func (w *workloadRun) checkTransfers(ctx context.Context, c conn) (ids []int64, problems []string, err error) {
 	logs, err := c.queryInts(ctx, "SELECT call_id, src, dst, amount FROM "+w.log, 4)
 	if err != nil {
-		return res, fmt.Errorf("read log: %w", err)
+		return nil, nil, fmt.Errorf("read log: %w", err)
 	}
 	bal, err := c.queryInts(ctx, "SELECT id, balance FROM "+w.acct+" ORDER BY id", 2)
 	if err != nil {
-		return res, fmt.Errorf("read balances: %w", err)
+		return nil, nil, fmt.Errorf("read balances: %w", err)
 	}
 	n := w.spec.accounts
-	ids := make([]int64, 0, len(logs)/4)
+	ids = make([]int64, 0, len(logs)/4)
 	want := make([]int64, n+1)
 	for i := range want {
 		want[i] = initialBalance
@@ -261,20 +359,19 @@ func (w *workloadRun) check(ctx context.Context, c conn, committed, uncertain []
 		id, src, dst, amount := logs[i], logs[i+1], logs[i+2], logs[i+3]
 		ids = append(ids, id)
 		t, known := w.transferOf(id)
-		if !known || t != (transfer{src, dst, amount}) || src < 1 || src > int64(n) || dst < 1 || dst > int64(n) {
+		if !known || t != (transfer{src: src, dst: dst, amount: amount}) || src < 1 || src > int64(n) || dst < 1 || dst > int64(n) {
 			mismatched++
 			continue
 		}
 		want[src] -= amount
 		want[dst] += amount
 	}
-	res = compareIDs(ids, committed, uncertain)
 	if mismatched > 0 {
-		res.problems = append(res.problems, fmt.Sprintf("%d logged transfers differ from the calls' transfers", mismatched))
+		problems = append(problems, fmt.Sprintf("%d logged transfers differ from the calls' transfers", mismatched))
 	}
 	if len(bal) != 2*n {
-		res.problems = append(res.problems, fmt.Sprintf("%d accounts, want %d", len(bal)/2, n))
-		return res, nil
+		problems = append(problems, fmt.Sprintf("%d accounts, want %d", len(bal)/2, n))
+		return ids, problems, nil
 	}
 	var sum int64
 	var wrong int
@@ -286,12 +383,12 @@ func (w *workloadRun) check(ctx context.Context, c conn, committed, uncertain []
 		}
 	}
 	if total := int64(n) * initialBalance; sum != total {
-		res.problems = append(res.problems, fmt.Sprintf("sum of balances %d != %d", sum, total))
+		problems = append(problems, fmt.Sprintf("sum of balances %d != %d", sum, total))
 	}
 	if wrong > 0 {
-		res.problems = append(res.problems, fmt.Sprintf("%d balances differ from the logged transfers", wrong))
+		problems = append(problems, fmt.Sprintf("%d balances differ from the logged transfers", wrong))
 	}
-	return res, nil
+	return ids, problems, nil
 }
 
 // compareIDs compares the call ids found in the database with the calls
