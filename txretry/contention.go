@@ -23,7 +23,8 @@ import (
 // calls of an adapter that does not share one domain). A domain
 // starts open: its attempts go straight to the database, at the cost of
 // an atomic load, and retry after the backoff. Once more than a tenth of
-// its recent attempts conflict (a moving average over about 16 attempts),
+// its recent attempts conflict (a moving average over about 64 attempts:
+// seven conflicts in a row),
 // the domain closes a gate: its attempts queue in the order their calls
 // arrived (a retry keeps its call's place, so no call starves), one at a
 // time at first. The gate widens (doubles) after a streak of 16 x width

@@ -23,6 +23,20 @@ func (t *cmTurn) attempt(tb testing.TB, conflict bool) time.Duration {
 	return pause
 }
 
+// conflictsToClose in a row close a domain's gate.
+const conflictsToClose = 7
+
+// closeDomain runs conflicting attempts of t until its domain's gate closes.
+func (t *cmTurn) closeDomain(tb testing.TB) {
+	tb.Helper()
+	for range conflictsToClose {
+		t.attempt(tb, true)
+	}
+	if !t.d.gated.Load() {
+		tb.Fatalf("%d conflicts in a row left the gate open", conflictsToClose)
+	}
+}
+
 func newTurn(m *ContentionManager, label string) *cmTurn {
 	return &cmTurn{d: m.domain(domainKey(label, nil)), since: t0, rand: func() float64 { return 1 }}
 }
@@ -39,13 +53,15 @@ func TestDomainGateClosesOnFrequentConflictsOnly(t *testing.T) {
 		t.Fatalf("a domain with 4%% conflicts closed its gate (rate %.3f)", rare.d.rate)
 	}
 	hot := newTurn(m, "hot")
-	hot.attempt(t, true)
+	for range conflictsToClose - 1 {
+		hot.attempt(t, true)
+	}
 	if hot.d.gated.Load() {
-		t.Fatal("one conflict closed the gate")
+		t.Fatalf("%d conflicts closed the gate", conflictsToClose-1)
 	}
 	hot.attempt(t, true)
 	if !hot.d.gated.Load() || hot.d.width != 1 {
-		t.Fatalf("gated %v at width %d after two conflicts in a row, want closed at 1", hot.d.gated.Load(), hot.d.width)
+		t.Fatalf("gated %v at width %d after %d conflicts in a row, want closed at 1", hot.d.gated.Load(), hot.d.width, conflictsToClose)
 	}
 	if rare.d.gated.Load() {
 		t.Fatal("another domain's conflicts closed this one's gate")
@@ -58,8 +74,7 @@ func TestDomainGateClosesOnFrequentConflictsOnly(t *testing.T) {
 func TestDomainGateWidensNarrowsAndOpens(t *testing.T) {
 	m, _ := NewContentionManager(8)
 	hot := newTurn(m, "hot")
-	hot.attempt(t, true)
-	hot.attempt(t, true)
+	hot.closeDomain(t)
 	commits := func(n int) {
 		for range n {
 			hot.attempt(t, false)
@@ -101,8 +116,7 @@ func TestDomainGateWidensNarrowsAndOpens(t *testing.T) {
 func TestPaceDoublesDecaysAndShrinksWithAge(t *testing.T) {
 	m := new(ContentionManager)
 	hot := newTurn(m, "hot")
-	hot.attempt(t, true)
-	hot.attempt(t, true) // closes the gate: from here, lone attempts pace
+	hot.closeDomain(t) // from here, lone attempts pace
 	var got []time.Duration
 	for range 10 {
 		got = append(got, hot.attempt(t, true))
@@ -172,8 +186,7 @@ func queue(t *testing.T, d *cmDomain, turn *cmTurn, ctx context.Context) chan er
 func TestRetryKeepsItsCallsPlace(t *testing.T) {
 	m := new(ContentionManager)
 	a := newTurn(m, "hot")
-	a.attempt(t, true)
-	a.attempt(t, true) // closed, width 1
+	a.closeDomain(t) // width 1
 	d := a.d
 	d.width, d.rate = 2, 0 // conflicts below the share do not narrow
 	x, b, c := newTurn(m, "hot"), newTurn(m, "hot"), newTurn(m, "hot")
@@ -212,8 +225,7 @@ func TestAdmittedWhileGivingUpPassesThePlaceOn(t *testing.T) {
 	for range 20 {
 		m := new(ContentionManager)
 		holder := newTurn(m, "hot")
-		holder.attempt(t, true)
-		holder.attempt(t, true)
+		holder.closeDomain(t)
 		_, _ = holder.enter(context.Background(), -1)
 		d := holder.d
 		ctx, cancel := context.WithCancel(context.Background())

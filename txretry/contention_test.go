@@ -27,20 +27,20 @@ func newManager(t *testing.T, width int) *txretry.ContentionManager {
 
 // With the default per-handle manager, a call's first conflicts retry
 // after the backoff, as without a manager, while its domain's gate is
-// open; two conflicts in a row close the gate, and an attempt that then
+// open; seven conflicts in a row close the gate, and an attempt that then
 // ran alone in it and conflicted met another process: the call pauses in
-// its place, doubling from 500 µs while such conflicts last.
+// its place, doubling from 500 µs while such conflicts last (less as the
+// call ages).
 func TestContentionManagerIsOnByDefaultPerHandle(t *testing.T) {
-	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(4, errSerialization)})
+	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(9, errSerialization)})
 	var calls atomic.Int32
 	if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock), txretry.WithRand(func() float64 { return 1 })); err != nil {
 		t.Fatal(err)
 	}
-	// The pauses shrink a little with the call's age (cmPacePatience).
 	got := f.clock.Waits()
-	if want := []time.Duration{2 * time.Millisecond, 500 * time.Microsecond, time.Millisecond}; len(got) != len(want) ||
-		got[0] != want[0] || got[1] > want[1] || got[2] > want[2] || got[1] < want[1]*9/10 || got[2] < want[2]*9/10 {
-		t.Fatalf("waits %v, want the backoff, then no wait as the gate closes, then the manager's pauses %v", got, want)
+	backoff := []time.Duration{2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond, 32 * time.Millisecond, 64 * time.Millisecond}
+	if len(got) != 8 || !slices.Equal(got[:6], backoff) || got[6] <= 0 || got[6] > 500*time.Microsecond || got[7] <= got[6] || got[7] > time.Millisecond {
+		t.Fatalf("waits %v, want the backoff's %v, no wait as the gate closes, then two pauses doubling from at most 500µs", got, backoff)
 	}
 	// Turning it off brings the backoff back for every retry.
 	g := newFixture(t, &fakedb.Driver{OnExec: failFirst(2, errSerialization)})
@@ -53,10 +53,10 @@ func TestContentionManagerIsOnByDefaultPerHandle(t *testing.T) {
 }
 
 // closeGate makes the domain label of m conflict until its gate closes at
-// width 1: two conflicts in a row.
+// width 1: seven conflicts in a row.
 func closeGate(t *testing.T, m *txretry.ContentionManager, label string) {
 	t.Helper()
-	db := (&fakedb.Driver{OnExec: failFirst(2, errSerialization)}).DB()
+	db := (&fakedb.Driver{OnExec: failFirst(7, errSerialization)}).DB()
 	defer db.Close()
 	var calls atomic.Int32
 	if err := txretry.RunInTx(context.Background(), db, execFn(&calls), txretry.WithContentionManager(m),
@@ -75,7 +75,7 @@ func TestColdDomainNeverQueuesBehindAHotOne(t *testing.T) {
 	var hot, cold atomic.Int32
 	drv := &fakedb.Driver{OnExec: func(_ context.Context, _ int, q string, _ []driver.NamedValue) error {
 		switch {
-		case q == "UPDATE hot" && hot.Add(1) <= 2:
+		case q == "UPDATE hot" && hot.Add(1) <= 7:
 			return errSerialization // closes the hot domain's gate
 		case q == "UPDATE cold" && cold.Add(1)%50 == 0:
 			return errSerialization // rare: the cold domain stays open
@@ -90,7 +90,7 @@ func TestColdDomainNeverQueuesBehindAHotOne(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, "UPDATE hot"); err != nil {
 			return err
 		}
-		if hot.Load() == 3 { // the first attempt through the closed gate holds it
+		if hot.Load() == 8 { // the first attempt through the closed gate holds it
 			holding <- struct{}{}
 			<-release
 		}
