@@ -19,18 +19,18 @@ import (
 // It keeps one conflict domain per kind of transaction: the calls with one
 // WithLabel name, or, for calls without a label, the calls whose function
 // was written at one place in the source (every closure written there,
-// whatever it captures; an Adapter tells fn through FuncAdapter, and the
-// calls of an adapter that does not share one domain). A domain
-// starts open: its attempts go straight to the database, at the cost of
-// an atomic load, and retry after the backoff. Once more than a tenth of
-// its recent attempts conflict (a moving average over about 64 attempts:
-// seven conflicts in a row),
-// the domain closes a gate: its attempts queue in the order their calls
-// arrived (a retry keeps its call's place, so no call starves), one at a
-// time at first. The gate widens (doubles) after a streak of 16 x width
-// commits, each narrowing doubling the next streak up to 64 times, halves
-// on a conflict while conflicts exceed the tenth, and opens again once it
-// has widened to the manager's maximum. Other domains do not queue behind it.
+// whatever it captures; an Adapter tells fn through AdapterFunc, and the
+// calls of an adapter that does not share one domain). A domain starts
+// open: its attempts go straight to the database, at the cost of an atomic
+// load, and retry after the backoff. Once more than a tenth of its recent
+// attempts conflict (a moving average over about 64 attempts: seven
+// conflicts in a row), the domain closes a gate: its attempts queue in the
+// order their calls arrived (a retry keeps its call's place, so no call
+// starves), one at a time at first. The gate widens (doubles) after a
+// streak of 16 x width commits, each narrowing doubling the next streak up
+// to 64 times, halves on a conflict while conflicts exceed the tenth, and
+// opens again once it has widened to the manager's maximum. Other domains
+// do not queue behind it.
 //
 // A conflict of an attempt that ran alone in its gate came from another
 // process, usually another replica of the service. Such conflicts pace the

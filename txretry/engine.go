@@ -482,7 +482,7 @@ func (c *call) transaction(ctx context.Context, n int) result {
 // that it ended, on the isolation levels where a lock wait rarely pays.
 func (c *call) attemptOptions() TxOptions {
 	o := c.cfg.txOpts
-	if !c.cfg.lockTimeoutSet && c.cm != nil && c.cm.lockTimeoutArmed(c.cfg.clock.Now()) {
+	if c.cfg.lockTimeout == lockTimeoutAuto && c.cm != nil && c.cm.lockTimeoutArmed(c.cfg.clock.Now()) {
 		o.LockTimeout = DefaultLockTimeout
 	}
 	switch o.Isolation {

