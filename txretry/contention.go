@@ -157,7 +157,7 @@ func (m *ContentionManager) domain(k cmKey) *cmDomain {
 	if m.count.Load() >= cmMaxDomains {
 		k = cmKey{label: "\x00overflow"}
 	}
-	d, loaded := m.domains.LoadOrStore(k, &cmDomain{m: m, width: 1})
+	d, loaded := m.domains.LoadOrStore(k, &cmDomain{width: 1})
 	if !loaded {
 		m.count.Add(1)
 	}

@@ -38,7 +38,7 @@ func (t *cmTurn) closeDomain(tb testing.TB) {
 }
 
 func newTurn(m *ContentionManager, label string) *cmTurn {
-	return &cmTurn{d: m.domain(domainKey(label, nil)), since: t0, rand: func() float64 { return 1 }}
+	return &cmTurn{d: m.domain(domainKey(label, nil)), max: m.maxWidth(), since: t0, rand: func() float64 { return 1 }}
 }
 
 // A domain closes its gate once more than a tenth of its recent attempts
@@ -279,5 +279,35 @@ func TestDomainKeys(t *testing.T) {
 	}
 	if n := m.count.Load(); n > cmMaxDomains+1 {
 		t.Fatalf("%d domains, want at most %d", n, cmMaxDomains+1)
+	}
+}
+
+// A gate closes at half the attempts then in flight, not at 1: a domain
+// whose conflicts only brush the tenth stays wide, and a hot row halves
+// down to 1 within a few more conflicts.
+func TestDomainGateClosesAtHalfTheAttemptsInFlight(t *testing.T) {
+	m := new(ContentionManager)
+	hot := newTurn(m, "hot")
+	var running []*cmTurn
+	for range 20 { // twenty attempts in flight
+		r := newTurn(m, "hot")
+		_, _ = r.enter(context.Background(), -1)
+		running = append(running, r)
+	}
+	hot.closeDomain(t)
+	if hot.d.width != 10 {
+		t.Fatalf("closed at width %d with 20 attempts in flight, want 10", hot.d.width)
+	}
+	for _, want := range []int{5, 2, 1, 1} {
+		hot.attempt(t, true)
+		if hot.d.width != want {
+			t.Fatalf("width %d after another conflict, want %d", hot.d.width, want)
+		}
+	}
+	for _, r := range running {
+		r.done(false, t0)
+	}
+	if n := hot.d.inflight.Load(); n != 0 {
+		t.Fatalf("%d attempts counted in flight after all ended", n)
 	}
 }

@@ -50,18 +50,18 @@ var arrivals atomic.Uint64
 
 // cmDomain is one conflict domain of a manager.
 type cmDomain struct {
-	m       *ContentionManager
-	gated   atomic.Bool  // attempts wait at the gate; false: they go straight in
-	commits atomic.Int64 // ungated commits not yet counted in rate
-	mu      sync.Mutex   // guards the rest
-	rate    float64      // moving average of the attempts' conflicts (0 or 1 each)
-	width   int          // attempts admitted at once
-	inUse   int          // attempts admitted, and callers pausing in their place
-	queue   []*cmWaiter  // by arrival
-	streak  int          // commits since the width last changed or a conflict
-	fails   int          // narrowings since the gate closed, up to cmMaxFails
-	admits  uint64       // attempts admitted through the gate
-	pace    time.Duration
+	gated    atomic.Bool  // attempts wait at the gate; false: they go straight in
+	inflight atomic.Int64 // attempts that went straight in and have not ended
+	commits  atomic.Int64 // ungated commits not yet counted in rate
+	mu       sync.Mutex   // guards the rest
+	rate     float64      // moving average of the attempts' conflicts (0 or 1 each)
+	width    int          // attempts admitted at once
+	inUse    int          // attempts admitted, and callers pausing in their place
+	queue    []*cmWaiter  // by arrival
+	streak   int          // commits since the width last changed or a conflict
+	fails    int          // narrowings since the gate closed, up to cmMaxFails
+	admits   uint64       // attempts admitted through the gate
+	pace     time.Duration
 }
 
 type cmWaiter struct {
@@ -91,12 +91,14 @@ type admission interface {
 // cmTurn is a call's standing in a domain; one call's, never shared.
 type cmTurn struct {
 	d       *cmDomain
+	max     int       // the manager's maximum width
 	since   time.Time // the call's start, for the pace's patience
 	rand    func() float64
 	arrival uint64 // 0 until the call first waits
 	admit   uint64 // the domain's admits when this attempt entered; 0: it went straight in
 	alone   bool   // no other attempt was in when this one entered
 	held    bool   // the call holds a place (an attempt, or a pause)
+	counted bool   // the attempt went straight in and counts in inflight
 }
 
 func (t *cmTurn) enter(ctx context.Context, limit time.Duration) (bool, error) {
@@ -147,11 +149,13 @@ func (t *cmTurn) join() *cmWaiter {
 	d := t.d
 	t.admit = 0
 	if !d.gated.Load() {
+		t.straight()
 		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.gated.Load() {
+		t.straight()
 		return nil
 	}
 	if t.arrival == 0 {
@@ -169,6 +173,12 @@ func (t *cmTurn) join() *cmWaiter {
 	}
 	d.queue = slices.Insert(d.queue, i, w)
 	return w
+}
+
+// straight counts an attempt that goes straight in.
+func (t *cmTurn) straight() {
+	t.d.inflight.Add(1)
+	t.counted = true
 }
 
 // leave takes a waiter that gives up out of the queue, or, if it was
@@ -211,9 +221,13 @@ func (d *cmDomain) grantLocked() {
 
 func (t *cmTurn) done(conflict bool, now time.Time) (time.Duration, bool) {
 	d := t.d
-	if t.admit == 0 && !conflict { // went straight in and committed: no lock
-		d.commits.Add(1)
-		return 0, false
+	if t.counted {
+		d.inflight.Add(-1)
+		t.counted = false
+		if !conflict { // went straight in and committed: no lock
+			d.commits.Add(1)
+			return 0, false
+		}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -229,12 +243,16 @@ func (t *cmTurn) done(conflict bool, now time.Time) (time.Duration, bool) {
 			t.held = false
 		}
 	}
-	d.learnLocked(conflict)
+	d.learnLocked(conflict, t.max)
 	d.grantLocked()
 	return pause, d.gated.Load()
 }
 
 func (t *cmTurn) cancel() {
+	if t.counted {
+		t.d.inflight.Add(-1)
+		t.counted = false
+	}
 	if !t.held {
 		return
 	}
@@ -247,8 +265,8 @@ func (t *cmTurn) cancel() {
 }
 
 // learnLocked updates the domain with an attempt's end: the moving average
-// of conflicts, the gate's state and its width.
-func (d *cmDomain) learnLocked(conflict bool) {
+// of conflicts, the gate's state and its width (at most maxWidth).
+func (d *cmDomain) learnLocked(conflict bool, maxWidth int) {
 	n := d.commits.Swap(0) // ungated commits since the last update
 	if !conflict {
 		n++
@@ -257,11 +275,13 @@ func (d *cmDomain) learnLocked(conflict bool) {
 	if conflict {
 		d.rate += cmAlpha * (1 - d.rate)
 	}
-	max := d.m.maxWidth()
 	switch {
 	case !d.gated.Load():
-		if conflict && d.rate > cmMaxRate && max > 1 {
-			d.width, d.streak, d.fails = 1, 0, 0
+		if conflict && d.rate > cmMaxRate && maxWidth > 1 {
+			// Half the attempts now in flight: a hot row halves down to
+			// 1 in a few conflicts, a domain whose conflicts only brush
+			// the tenth stays wide.
+			d.width, d.streak, d.fails = min(max(1, int(d.inflight.Load())/2), maxWidth), 0, 0
 			d.gated.Store(true)
 		}
 	case conflict:
@@ -273,8 +293,8 @@ func (d *cmDomain) learnLocked(conflict bool) {
 	default:
 		d.streak++
 		if d.streak >= cmStreak*d.width<<d.fails {
-			d.width, d.streak = min(2*d.width, max), 0
-			if d.width >= max {
+			d.width, d.streak = min(2*d.width, maxWidth), 0
+			if d.width >= maxWidth {
 				d.gated.Store(false) // contention is over: the gate opens
 			}
 		}

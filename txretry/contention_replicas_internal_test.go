@@ -119,7 +119,7 @@ func runReplicaSim(seed uint64, replicas, workers int, span time.Duration) simSt
 
 func (s *replicaSim) begin(r *simReplica) {
 	c := &simCall{r: r, start: s.now, end: s.now + s.deadline}
-	c.turn = cmTurn{d: r.d, since: s.clock(), rand: s.rnd.Float64}
+	c.turn = cmTurn{d: r.d, max: r.m.maxWidth(), since: s.clock(), rand: s.rnd.Float64}
 	s.at(s.deadline, func() { // the deadline passes while the call queues
 		if c.w != nil {
 			s.giveUp(c)

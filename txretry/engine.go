@@ -113,7 +113,7 @@ func admissionOf(cm *ContentionManager, cfg *config, fn any, start time.Time) ad
 	case len(cfg.keys) > 0:
 		return &cmKeys{m: cm, keys: cfg.keys}
 	}
-	return &cmTurn{d: cm.domain(domainKey(cfg.label, fn)), since: start, rand: cfg.rand}
+	return &cmTurn{d: cm.domain(domainKey(cfg.label, fn)), max: cm.maxWidth(), since: start, rand: cfg.rand}
 }
 
 // managerOf returns the contention manager of a call: the one chosen by an
