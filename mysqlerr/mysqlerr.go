@@ -1,6 +1,7 @@
 package mysqlerr
 
 import (
+	"errors"
 	"slices"
 
 	"github.com/go-sql-driver/mysql"
@@ -83,6 +84,16 @@ const (
 	// retried. Opt-in, see [IsTiDBRetryable]. Source: TiDB "Error Codes and
 	// Troubleshooting".
 	TiDBInfoSchemaChanged uint16 = 8028
+
+	// ServerShutdown (1053, ER_SERVER_SHUTDOWN): "Server shutdown in
+	// progress". Opt-in, see [IsConnectionLoss]. Source: MySQL Server Error
+	// Message Reference.
+	ServerShutdown uint16 = 1053
+
+	// ConnectionKilled (1927, ER_CONNECTION_KILLED, MariaDB): "Connection was
+	// killed", also sent to clients at shutdown. Opt-in, see
+	// [IsConnectionLoss]. Source: MariaDB error codes.
+	ConnectionKilled uint16 = 1927
 )
 
 // Number returns the error number of the first *mysql.MySQLError in err's
@@ -122,6 +133,17 @@ func IsDeadlock(err error) bool {
 // failures and TiDB pessimistic-mode deadlocks are reported with 1213 too.
 func IsRetryable(err error) bool {
 	return Has(err, LockDeadlock)
+}
+
+// IsConnectionLoss is an opt-in class: it reports whether err's tree holds
+// go-sql-driver's ErrInvalidConn (the connection broke under a command) or
+// ER_SERVER_SHUTDOWN (1053) or ER_CONNECTION_KILLED (1927): the session
+// ended, and with it any transaction it had not committed. Retrying is safe
+// only for errors outside COMMIT: a connection lost during COMMIT may follow
+// a commit that was applied (txretry.WithRetryOnConnectionLoss draws that
+// line).
+func IsConnectionLoss(err error) bool {
+	return errors.Is(err, mysql.ErrInvalidConn) || Has(err, ServerShutdown, ConnectionKilled)
 }
 
 // IsLockWaitTimeout is an opt-in class: it reports whether err's tree holds

@@ -60,18 +60,18 @@ const (
 	QueryCanceled = "57014"
 
 	// AdminShutdown (57P01, admin_shutdown): the server is shutting down or
-	// the backend was terminated. Not classified here; at COMMIT the engine
-	// treats it as uncertain. Source: PostgreSQL Appendix A.
+	// the backend was terminated. Opt-in, see [IsConnectionLoss]; at COMMIT the
+	// engine treats it as uncertain. Source: PostgreSQL Appendix A.
 	AdminShutdown = "57P01"
 
 	// CrashShutdown (57P02, crash_shutdown): the server is restarting after
-	// another backend crashed. Not classified here; at COMMIT the engine
-	// treats it as uncertain. Source: PostgreSQL Appendix A.
+	// another backend crashed. Opt-in, see [IsConnectionLoss]; at COMMIT the
+	// engine treats it as uncertain. Source: PostgreSQL Appendix A.
 	CrashShutdown = "57P02"
 
 	// CannotConnectNow (57P03, cannot_connect_now): the server is starting
-	// up, shutting down or in recovery. Not classified here; at COMMIT the
-	// engine treats it as uncertain. Source: PostgreSQL Appendix A.
+	// up, shutting down or in recovery. Opt-in, see [IsConnectionLoss]; at COMMIT
+	// the engine treats it as uncertain. Source: PostgreSQL Appendix A.
 	CannotConnectNow = "57P03"
 )
 
@@ -146,6 +146,20 @@ func IsUniqueViolation(err error) bool {
 // in a DSN.
 func IsLockNotAvailable(err error) bool {
 	return Has(err, LockNotAvailable)
+}
+
+// IsConnectionLoss is an opt-in class: it reports whether err's tree holds
+// a connection exception (class 08) or admin_shutdown (57P01),
+// crash_shutdown (57P02) or cannot_connect_now (57P03): the server is going
+// away, starting up, or the session ended, and with it any transaction it
+// had not committed. Retrying is safe only for errors outside COMMIT: at
+// COMMIT these codes leave the outcome unknown (txretry treats them as
+// uncertain; txretry.WithRetryOnConnectionLoss retries them elsewhere).
+// Network errors without a SQLSTATE are not seen here.
+func IsConnectionLoss(err error) bool {
+	return walk(err, func(code string) bool {
+		return len(code) == 5 && code[:2] == "08" || code == AdminShutdown || code == CrashShutdown || code == CannotConnectNow
+	})
 }
 
 // IsLockTimeout reports whether err's tree holds lock_not_available

@@ -29,7 +29,12 @@
 //     50 ms; over database/sql armed by the handle's contention manager
 //     once an attempt of 50 ms or more was lost), the 55P03 of a lock
 //     wait that ran out of the timeout the attempt set is retried too,
-//     whatever the classifier; NOWAIT's 55P03 is not;
+//     whatever the classifier; NOWAIT's 55P03 is not. With
+//     WithRetryOnConnectionLoss (off by default), so is a connection that
+//     could not be made or broke before COMMIT was sent (refused, reset,
+//     EOF, the server shutting down or starting up), waiting 50 ms to 1 s
+//     between such attempts: a restart or a failover within the call's
+//     deadline is ridden out;
 //   - the error came from BEGIN, from fn, or from a COMMIT that the server
 //     answered with an error (PostgreSQL raises 40001 at COMMIT under
 //     SERIALIZABLE): such a COMMIT is a retry point like any statement;

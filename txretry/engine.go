@@ -154,6 +154,7 @@ type call struct {
 	// lockTimeouts counts the attempts that WithLockTimeout's timeout
 	// ended; each doubles the next attempt's.
 	lockTimeouts int
+	connLosses   int // attempts in a row that lost their connection (WithRetryOnConnectionLoss)
 }
 
 type resultKind uint8
@@ -168,9 +169,10 @@ const (
 
 // result is one attempt's outcome.
 type result struct {
-	kind  resultKind
-	err   error
-	state string // verifier's state recorded before COMMIT
+	kind     resultKind
+	err      error
+	state    string // verifier's state recorded before COMMIT
+	connLost bool   // resRetryable: the connection was lost before COMMIT (WithRetryOnConnectionLoss)
 }
 
 // loop is the retry loop: admit, attempt, classify, decide, wait or
@@ -265,7 +267,7 @@ func (c *call) loop(ctx context.Context) error {
 		if c.minDur < 0 || dur < c.minDur {
 			c.minDur = dur
 		}
-		delay := c.delay(attempt)
+		delay := c.delay(attempt, res.connLost)
 		if c.pastDeadline(delay) {
 			return finish(Exhausted, &RetryError{Attempts: attempt, Reason: c.reason, Cause: ErrRetriesExhausted, Err: last})
 		}
@@ -297,9 +299,17 @@ func (c *call) pastDeadline(d time.Duration) bool {
 	return !c.deadline.IsZero() && c.cfg.clock.Now().Add(d+c.minDur).After(c.deadline)
 }
 
-// delay is the wait before the attempt after attempt.
-func (c *call) delay(attempt int) time.Duration {
+// delay is the wait before the attempt after attempt, connLost when that
+// attempt lost its connection.
+func (c *call) delay(attempt int, connLost bool) time.Duration {
 	cfg := c.cfg
+	if connLost {
+		// The server is away, not busy: neither the backoff nor the
+		// manager's spacing is about that.
+		c.connLosses++
+		return max(connLossBackoff.Delay(c.connLosses, cfg.rand()), 0)
+	}
+	c.connLosses = 0
 	var d time.Duration
 	if !c.spaced { // a domain's gate spaces its retries by itself
 		d = max(cfg.backoff.Delay(attempt, cfg.rand()), 0)
@@ -323,6 +333,9 @@ func (c *call) observeFailure(ctx context.Context, attempt int, res result, dur 
 	switch res.kind {
 	case resRetryable:
 		class = Retryable
+		if res.connLost {
+			class = ConnectionLost
+		}
 	case resUncertain:
 		class = Uncertain
 	}
@@ -403,13 +416,18 @@ func (c *call) attempt(ctx context.Context, n int, queued time.Duration) (res re
 			// in fn is not.
 			cut := res.kind == resPermanent && ctx.Err() != nil
 			c.cm.noteAttempt(res.err, cut, dur, c.lockTimeouts > timeouts, now)
-			c.pause, c.spaced = c.adm.done(res.kind == resRetryable || cut, now)
+			c.pause, c.spaced = c.adm.done(res.kind == resRetryable && !res.connLost || cut, now)
 		}()
 	}
 	if len(c.cfg.observers) > 0 {
 		c.observe(ctx, Event{Kind: AttemptStarted, Label: c.cfg.label, Attempt: n, Queued: queued})
 	}
 	res = c.transaction(ctx, n)
+	if res.connLost && ctx.Err() != nil {
+		// The caller's end broke the connection: returned as without
+		// WithRetryOnConnectionLoss.
+		res = result{kind: resPermanent, err: res.err}
+	}
 	dur = c.cfg.clock.Now().Sub(t0)
 	return res, dur
 }
@@ -524,6 +542,9 @@ func (c *call) classify(err error, opts TxOptions) result {
 	}
 	if c.cfg.classify(err) {
 		return result{kind: resRetryable, err: err}
+	}
+	if c.cfg.connLoss && connectionLost(err) {
+		return result{kind: resRetryable, err: err, connLost: true}
 	}
 	return result{kind: resPermanent, err: err}
 }

@@ -78,9 +78,12 @@ const (
 	Retryable
 	// Uncertain errors come from a COMMIT whose outcome is unknown.
 	Uncertain
+	// ConnectionLost errors broke or refused the connection before COMMIT
+	// was sent; WithRetryOnConnectionLoss re-runs the whole transaction.
+	ConnectionLost
 )
 
-var classNames = []string{"", "permanent", "retryable", "uncertain"}
+var classNames = []string{"", "permanent", "retryable", "uncertain", "connection_lost"}
 
 func (c Class) String() string { return enumName(classNames, int(c), "Class") }
 

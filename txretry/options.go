@@ -56,6 +56,7 @@ type config struct {
 	keys           []string // WithContentionKeys: sorted, without duplicates
 	dbLocks        bool     // WithDatabaseKeyLocks
 	budgetShared   *RetryBudget
+	connLoss       bool // WithRetryOnConnectionLoss
 }
 
 // isNil reports a nil interface or an interface holding a nil pointer,

@@ -92,7 +92,12 @@ func (f callbackVerifier) verify(ctx context.Context, _ beginFunc, _ string) (co
 // connection). "committed" makes the call succeed; "aborted" re-runs it; a
 // NULL answer (the id is too old) is unresolved. A transaction that wrote
 // nothing has no id and is simply re-run, which is harmless. Read-only
-// transactions skip the query. Default: off.
+// transactions skip the query. The same query reads the server's system
+// identifier and WAL timeline, and only a server with both unchanged is
+// asked: a standby promoted by a failover has a new timeline, and its
+// counter may give the lost transaction's id to another transaction, so
+// there the commit is unresolved (ErrCommitUncertain); where failovers
+// happen, WithCommitMarker answers instead. Default: off.
 func WithXactStatusVerification() Option {
 	return func(c *config) { c.verifier = xactStatusVerifier{readOnly: &c.txOpts.ReadOnly} }
 }
@@ -105,18 +110,29 @@ func (v xactStatusVerifier) prepare(ctx context.Context, tx Tx) (string, error) 
 	if *v.readOnly {
 		return "", nil
 	}
-	id, ok, err := queryString(ctx, tx, "SELECT pg_current_xact_id_if_assigned()::text")
+	// NULL when the transaction has no id.
+	state, ok, err := queryString(ctx, tx, "SELECT pg_current_xact_id_if_assigned()::text || '/' || "+serverIdentity)
 	if err != nil || !ok {
 		return "", err
 	}
-	return id, nil
+	return state, nil
 }
 
-func (xactStatusVerifier) verify(ctx context.Context, begin beginFunc, xid string) (bool, error) {
-	if xid == "" {
+// serverIdentity is the SQL of the server's system identifier and WAL
+// timeline, "<system id>/<timeline>": a promoted standby has the
+// primary's system identifier and the next timeline.
+const serverIdentity = "(SELECT system_identifier FROM pg_control_system())::text || '/' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"
+
+// verify asks pg_xact_status about the transaction id of state
+// ("<xid>/<system id>/<timeline>", see prepare), on the server that ran the
+// transaction only: after a failover the promoted standby's counter may
+// have given that id to another transaction.
+func (xactStatusVerifier) verify(ctx context.Context, begin beginFunc, state string) (bool, error) {
+	if state == "" {
 		return false, nil // nothing was written: re-running is harmless
 	}
-	if strings.Trim(xid, "0123456789") != "" {
+	xid, identity, _ := strings.Cut(state, "/")
+	if xid == "" || strings.Trim(xid, "0123456789") != "" {
 		return false, fmt.Errorf("%w: malformed transaction id", errUnresolvable)
 	}
 	tx, err := begin(ctx, TxOptions{ReadOnly: true})
@@ -124,11 +140,19 @@ func (xactStatusVerifier) verify(ctx context.Context, begin beginFunc, xid strin
 		return false, err
 	}
 	defer tx.Rollback(ctx, probeTimeout) //nolint:errcheck // read-only probe
-	status, ok, err := queryString(ctx, tx, "SELECT pg_xact_status('"+xid+"'::xid8)")
-	switch {
-	case err != nil:
+	answer, ok, err := queryString(ctx, tx, "SELECT "+serverIdentity+" || '/' || coalesce(pg_xact_status('"+xid+"'::xid8), 'null')")
+	if err == nil && !ok {
+		err = errors.New("txretry: the server's identity query returned NULL")
+	}
+	if err != nil {
 		return false, err
-	case !ok:
+	}
+	i := strings.LastIndexByte(answer, '/')
+	if answer[:max(i, 0)] != identity {
+		return false, fmt.Errorf("%w: the server is not the one that ran the transaction (system identifier or timeline changed, as by a failover), and a transaction id names another transaction there; use WithCommitMarker across failovers", errUnresolvable)
+	}
+	switch status := answer[i+1:]; {
+	case status == "null":
 		return false, fmt.Errorf("%w: pg_xact_status returned NULL (transaction id too old)", errUnresolvable)
 	case status == "committed":
 		return true, nil
@@ -324,6 +348,9 @@ func (c *call) verify(ctx context.Context, state string) (committed bool, err er
 			return committed, err
 		}
 		delay := max(cfg.backoff.Delay(try, cfg.rand()), 0)
+		if connectionLost(err) { // the server the verifier asks is away, as a restart does
+			delay = max(connLossBackoff.Delay(try, cfg.rand()), 0)
+		}
 		if d, ok := vctx.Deadline(); ok && cfg.clock.Now().Add(delay).After(d) {
 			return false, err
 		}

@@ -27,12 +27,13 @@ func lostFirstCommit(n int) error {
 }
 
 // xactServer scripts the two queries of the xact-status verifier: the
-// transaction id read before COMMIT and pg_xact_status after an uncertain
-// one, answered in turn from statuses (nil is SQL NULL; the last answer
-// repeats).
+// transaction id and server identity read before COMMIT, and the identity
+// and pg_xact_status after an uncertain one, answered in turn from statuses
+// (nil is SQL NULL; the last answer repeats).
 type xactServer struct {
 	xid      driver.Value // the id read before COMMIT; nil: none assigned
 	statuses []driver.Value
+	failover bool // the probe finds another timeline than COMMIT's server
 
 	mu           sync.Mutex
 	idQueries    int
@@ -47,12 +48,22 @@ func (s *xactServer) onQuery(_ context.Context, _ int, query string, _ []driver.
 	switch {
 	case strings.Contains(query, "pg_current_xact_id_if_assigned"):
 		s.idQueries++
-		return []string{"id"}, [][]driver.Value{{s.xid}}, nil
+		if s.xid == nil {
+			return []string{"id"}, [][]driver.Value{{nil}}, nil
+		}
+		return []string{"id"}, [][]driver.Value{{s.xid.(string) + "/7215/00000001"}}, nil
 	case strings.Contains(query, "pg_xact_status"):
 		s.statusQuery = append(s.statusQuery, query)
 		v := s.statuses[min(s.statusAsked, len(s.statuses)-1)]
 		s.statusAsked++
-		return []string{"status"}, [][]driver.Value{{v}}, nil
+		if v == nil {
+			v = "null" // coalesce(pg_xact_status(...), 'null')
+		}
+		identity := "7215/00000001"
+		if s.failover {
+			identity = "7215/00000002"
+		}
+		return []string{"status"}, [][]driver.Value{{identity + "/" + v.(string)}}, nil
 	}
 	s.otherQueries = append(s.otherQueries, query)
 	return nil, nil, nil
@@ -61,9 +72,10 @@ func (s *xactServer) onQuery(_ context.Context, _ int, query string, _ []driver.
 // TestXactStatusVerifier: after an uncertain COMMIT, pg_xact_status decides
 // with the id read before COMMIT. "committed" succeeds without re-running fn;
 // "in progress" is polled until it turns into an answer (never taken for
-// "aborted"); "aborted" re-runs fn; NULL is unresolved at once; a
-// transaction without an id is re-run without asking; a read-only one never
-// reads its id.
+// "aborted"); "aborted" re-runs fn; NULL is unresolved at once, and so is
+// an answer from a server on another timeline (a promoted standby), even
+// "committed"; a transaction without an id is re-run without asking; a
+// read-only one never reads its id.
 func TestXactStatusVerifier(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -79,6 +91,7 @@ func TestXactStatusVerifier(t *testing.T) {
 		{"in progress, then aborted", &xactServer{xid: "731", statuses: []driver.Value{"in progress", "aborted"}}, false, nil, 2, 2, 2},
 		{"aborted re-runs", &xactServer{xid: "731", statuses: []driver.Value{"aborted"}}, false, nil, 2, 2, 1},
 		{"NULL is unresolved at once", &xactServer{xid: "731", statuses: []driver.Value{nil}}, false, txretry.ErrCommitUncertain, 1, 1, 1},
+		{"another timeline is unresolved at once", &xactServer{xid: "731", statuses: []driver.Value{"committed"}, failover: true}, false, txretry.ErrCommitUncertain, 1, 1, 1},
 		{"no id: re-run without asking", &xactServer{xid: nil, statuses: []driver.Value{"committed"}}, false, nil, 2, 2, 0},
 		{"read-only reads no id", &xactServer{xid: "731", statuses: []driver.Value{"committed"}}, true, nil, 2, 0, 0},
 	} {

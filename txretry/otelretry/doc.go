@@ -64,7 +64,9 @@
 //     added.
 //   - txretry.attempt.failures counts failed attempts; txretry.class is
 //     "retryable" (a serialization failure, deadlock or other error the
-//     classifier retries), "permanent" or "uncertain". Retryable failures by
+//     classifier retries), "connection_lost" (retried by
+//     txretry.WithRetryOnConnectionLoss), "permanent" or "uncertain".
+//     Retryable failures by
 //     db.response.status_code are the conflict rate.
 //   - txretry.retries counts retries actually scheduled: a retryable failure
 //     on the last allowed attempt is counted in txretry.attempt.failures but

@@ -17,6 +17,7 @@ func WithRetryLevel(l slog.Level) Option {
 }
 
 // WithProblemLevel sets the level of commits with an unknown outcome,
+// connections lost before COMMIT (txretry.WithRetryOnConnectionLoss),
 // unresolved verifications and calls that ran out of retries, ended with an
 // uncertain commit or panicked. Default: slog.LevelWarn.
 func WithProblemLevel(l slog.Level) Option {
@@ -59,6 +60,8 @@ func (o *observer) Observe(ctx context.Context, e txretry.Event) {
 		switch e.Class {
 		case txretry.Retryable:
 			level, msg = o.retry, "txretry: retryable failure"
+		case txretry.ConnectionLost:
+			level, msg = o.problem, "txretry: connection lost before commit"
 		case txretry.Uncertain:
 			level, msg = o.problem, "txretry: commit outcome unknown"
 		default:

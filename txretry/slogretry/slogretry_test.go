@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -92,6 +93,18 @@ func TestObserverLines(t *testing.T) {
 				`{"level":"INFO","msg":"txretry: retryable failure","label":"transfer","attempt":1,"code":"40001","err_type":"fakedb.SQLStateError","duration":0}`,
 				`{"level":"INFO","msg":"txretry: retryable failure","label":"transfer","attempt":2,"code":"40001","err_type":"fakedb.SQLStateError","duration":0}`,
 				`{"level":"INFO","msg":"txretry: call finished","label":"transfer","outcome":"committed","attempts":3,"duration":10000000,"waited":10000000,"queued":0}`,
+			},
+		},
+		{
+			name:  "connection lost, then success",
+			level: slog.LevelInfo,
+			setup: func(context.CancelFunc) *fakedb.Driver {
+				return &fakedb.Driver{OnExec: failExecs(io.ErrUnexpectedEOF)}
+			},
+			opts: []txretry.Option{txretry.WithRetryOnConnectionLoss(), txretry.WithRand(func() float64 { return 0.5 })},
+			want: []string{
+				`{"level":"WARN","msg":"txretry: connection lost before commit","label":"transfer","attempt":1,"code":"","err_type":"errors.errorString","duration":0}`,
+				`{"level":"INFO","msg":"txretry: call finished","label":"transfer","outcome":"committed","attempts":2,"duration":25000000,"waited":25000000,"queued":0}`,
 			},
 		},
 		{

@@ -1,0 +1,213 @@
+package txretry_test
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/internal/fakedb"
+)
+
+var (
+	errRefused  = &net.OpError{Op: "dial", Net: "tcp", Err: &net.AddrError{Err: "connect: connection refused"}}
+	errReset    = &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	errShutdown = &fakedb.SQLStateError{Code: "57P01", Message: "terminating connection due to administrator command"}
+	errStarting = &fakedb.SQLStateError{Code: "57P03", Message: "the database system is starting up"}
+	errKilled   = &mysql.MySQLError{Number: 1927, Message: "Connection was killed"}
+)
+
+// failConnects returns a connect hook refusing the first n connections.
+func failConnects(n int) func(int) error {
+	return func(i int) error {
+		if i <= n {
+			return errRefused
+		}
+		return nil
+	}
+}
+
+// TestConnectionLossIsReturnedAtOnceByDefault: without
+// WithRetryOnConnectionLoss a refused connection, a connection broken
+// under fn and a server shutting down are returned as they are, after one
+// attempt.
+func TestConnectionLossIsReturnedAtOnceByDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		drv  *fakedb.Driver
+		want error
+	}{
+		{"refused at BEGIN", &fakedb.Driver{OnConnect: failConnects(1)}, errRefused},
+		{"reset under fn", &fakedb.Driver{OnExec: failFirst(1, errReset)}, syscall.ECONNRESET},
+		{"57P01 under fn", &fakedb.Driver{OnExec: failFirst(1, errShutdown)}, errShutdown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.drv)
+			var calls atomic.Int32
+			err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), f.opts()...)
+			var re *txretry.RetryError
+			if !errors.Is(err, tc.want) || errors.As(err, &re) {
+				t.Fatalf("err = %v, want %v as it is", err, tc.want)
+			}
+			if calls.Load() > 1 || len(f.clock.Waits()) != 0 {
+				t.Fatalf("fn ran %d times after %v waits, want one attempt", calls.Load(), f.clock.Waits())
+			}
+		})
+	}
+}
+
+// TestConnectionLossBeforeCommitReRunsTheTransaction: with the option, a
+// connection that could not be made or broke before COMMIT re-runs the
+// whole transaction, waiting full jitter over 50 ms doubling (rnd 0.5:
+// 25 ms, 50 ms, 100 ms).
+func TestConnectionLossBeforeCommitReRunsTheTransaction(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		drv       *fakedb.Driver
+		wantCalls int32
+	}{
+		{"refused at BEGIN", &fakedb.Driver{OnConnect: failConnects(3)}, 1},
+		{"reset under fn", &fakedb.Driver{OnExec: failFirst(3, errReset)}, 4},
+		{"EOF under fn", &fakedb.Driver{OnExec: failFirst(3, io.ErrUnexpectedEOF)}, 4},
+		{"bad connection under fn", &fakedb.Driver{OnExec: failFirst(3, driver.ErrBadConn)}, 4},
+		{"57P01 under fn", &fakedb.Driver{OnExec: failFirst(3, errShutdown)}, 4},
+		{"57P03 at BEGIN", &fakedb.Driver{OnBegin: func(_ context.Context, n int, _ driver.TxOptions) error {
+			if n <= 3 {
+				return errStarting
+			}
+			return nil
+		}}, 1},
+		{"MariaDB 1927 under fn", &fakedb.Driver{OnExec: failFirst(3, errKilled)}, 4},
+		{"go-sql-driver invalid connection", &fakedb.Driver{OnExec: failFirst(3, mysql.ErrInvalidConn)}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.drv)
+			var calls atomic.Int32
+			err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), f.opts(txretry.WithRetryOnConnectionLoss())...)
+			if err != nil {
+				t.Fatalf("RunInTx: %v", err)
+			}
+			if st := f.drv.Stats(); calls.Load() != tc.wantCalls || st.Commits != 1 {
+				t.Fatalf("fn ran %d times, %d commits; want %d, 1", calls.Load(), st.Commits, tc.wantCalls)
+			}
+			want := []time.Duration{25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond}
+			if got := f.clock.Waits(); !equalDurations(got, want) {
+				t.Fatalf("waits %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestConnectionLossDuringCommitIsNeverRetriedBlindly: a COMMIT whose
+// connection broke in flight stays uncertain with the option; one whose
+// error proves nothing was sent (driver.ErrBadConn) is re-run.
+func TestConnectionLossDuringCommitIsNeverRetriedBlindly(t *testing.T) {
+	f := newFixture(t, &fakedb.Driver{OnCommit: lostFirstCommit})
+	var calls atomic.Int32
+	err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), f.opts(txretry.WithRetryOnConnectionLoss())...)
+	if !errors.Is(err, txretry.ErrCommitUncertain) || calls.Load() != 1 {
+		t.Fatalf("err = %v after %d runs of fn, want ErrCommitUncertain after 1", err, calls.Load())
+	}
+
+	f = newFixture(t, &fakedb.Driver{OnCommit: func(n int) error {
+		if n == 1 {
+			return driver.ErrBadConn
+		}
+		return nil
+	}})
+	calls.Store(0)
+	err = txretry.RunInTx(context.Background(), f.db, execFn(&calls), f.opts(txretry.WithRetryOnConnectionLoss())...)
+	if err != nil || calls.Load() != 2 {
+		t.Fatalf("err = %v after %d runs of fn, want nil after 2", err, calls.Load())
+	}
+}
+
+// TestConnectionLossRetriesStayWithinTheLimits: a server that never comes
+// back exhausts the attempt limit, the time budget and the retry budget,
+// each with a *RetryError holding the last connection error; a
+// cancellation ends the call as without the option.
+func TestConnectionLossRetriesStayWithinTheLimits(t *testing.T) {
+	down := func() *fakedb.Driver { return &fakedb.Driver{OnConnect: failConnects(1 << 30)} }
+	budget, err := txretry.NewRetryBudget(0.1, 0, nil) // no retry for a single call
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		opt    txretry.Option
+		reason string
+	}{
+		{"attempt limit", txretry.WithMaxAttempts(4), "attempt limit"},
+		{"time budget", txretry.WithTimeBudget(time.Second), "time budget"},
+		{"retry budget", txretry.WithRetryBudget(budget), "retry budget"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, down())
+			opts := []txretry.Option{txretry.WithRetryOnConnectionLoss(), tc.opt}
+			err := txretry.RunInTx(context.Background(), f.db, execFn(new(atomic.Int32)), f.opts(opts...)...)
+			var re *txretry.RetryError
+			if !errors.As(err, &re) || re.Reason != tc.reason || !errors.Is(err, txretry.ErrRetriesExhausted) || !errors.Is(re.Err, errRefused) {
+				t.Fatalf("err = %v, want a RetryError (%s) holding the refused connection", err, tc.reason)
+			}
+		})
+	}
+
+	t.Run("cancelled", func(t *testing.T) {
+		f := newFixture(t, &fakedb.Driver{})
+		ctx, cancel := context.WithCancel(context.Background())
+		var calls atomic.Int32
+		err := txretry.RunInTx(ctx, f.db, func(context.Context, *sql.Tx) error {
+			calls.Add(1)
+			cancel() // the caller gives up; the driver then reports a broken connection
+			return driver.ErrBadConn
+		}, f.opts(txretry.WithRetryOnConnectionLoss())...)
+		if !errors.Is(err, driver.ErrBadConn) || calls.Load() != 1 {
+			t.Fatalf("err = %v after %d runs of fn, want driver.ErrBadConn after 1", err, calls.Load())
+		}
+	})
+}
+
+// TestConnectionLossIsItsOwnClass: observers see a connection loss as
+// ConnectionLost, a conflict as Retryable; a conflict after connection
+// losses waits the normal backoff again (rnd 0.5 over 2 ms doubling: the
+// third retry waits 4 ms).
+func TestConnectionLossIsItsOwnClass(t *testing.T) {
+	f := newFixture(t, &fakedb.Driver{OnExec: func(_ context.Context, n int, _ string, _ []driver.NamedValue) error {
+		switch n {
+		case 1, 2:
+			return errReset
+		case 3:
+			return errSerialization
+		}
+		return nil
+	}})
+	var classes []txretry.Class // the observer runs on the caller's goroutine
+	obs := txretry.ObserverFunc(func(_ context.Context, e txretry.Event) {
+		if e.Kind == txretry.AttemptFailed {
+			classes = append(classes, e.Class)
+		}
+	})
+	err := txretry.RunInTx(context.Background(), f.db, execFn(new(atomic.Int32)),
+		f.opts(txretry.WithRetryOnConnectionLoss(), txretry.WithObserver(obs))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []txretry.Class{txretry.ConnectionLost, txretry.ConnectionLost, txretry.Retryable}; len(classes) != 3 ||
+		classes[0] != want[0] || classes[1] != want[1] || classes[2] != want[2] {
+		t.Fatalf("classes %v, want %v", classes, want)
+	}
+	if got, want := f.clock.Waits(), []time.Duration{25 * time.Millisecond, 50 * time.Millisecond, 4 * time.Millisecond}; !equalDurations(got, want) {
+		t.Fatalf("waits %v, want %v", got, want)
+	}
+	if got := txretry.ConnectionLost.String(); got != "connection_lost" {
+		t.Fatalf("ConnectionLost.String() = %q", got)
+	}
+}
