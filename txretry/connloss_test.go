@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -209,5 +210,37 @@ func TestConnectionLossIsItsOwnClass(t *testing.T) {
 	}
 	if got := txretry.ConnectionLost.String(); got != "connection_lost" {
 		t.Fatalf("ConnectionLost.String() = %q", got)
+	}
+}
+
+// TestVerifierWaitsOutARestart: after a lost COMMIT the commit marker's
+// probe finds the server refusing connections, as during a restart; it
+// tries again with the connection-loss backoff (rnd 0.5: 25 ms, 50 ms,
+// 100 ms) within WithVerifyTimeout, and then answers.
+func TestVerifierWaitsOutARestart(t *testing.T) {
+	var inserts atomic.Int32
+	f := newFixture(t, &fakedb.Driver{
+		OnCommit: lostFirstCommit,
+		OnBegin: func(_ context.Context, n int, _ driver.TxOptions) error {
+			if n >= 2 && n <= 4 { // the probe's first three BEGINs
+				return errRefused
+			}
+			return nil
+		},
+		OnExec: func(_ context.Context, _ int, query string, _ []driver.NamedValue) error {
+			if strings.HasPrefix(query, "INSERT INTO markers ") && inserts.Add(1) == 2 {
+				return errUnique // the probe repeats the committed token
+			}
+			return nil
+		},
+	})
+	var calls atomic.Int32
+	err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), f.opts(txretry.WithCommitMarker("markers"))...)
+	if err != nil || calls.Load() != 1 {
+		t.Fatalf("err = %v after %d runs of fn, want nil after 1 (verified committed)", err, calls.Load())
+	}
+	want := []time.Duration{25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond}
+	if got := f.clock.Waits(); !equalDurations(got, want) {
+		t.Fatalf("waits %v, want %v", got, want)
 	}
 }
