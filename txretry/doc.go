@@ -156,6 +156,32 @@
 // fn can return them and only the outermost call retries. A nested call on another
 // handle is an independent transaction with its own retries.
 //
+// # The transaction from the context
+//
+// TxOrDB(ctx, db) returns the *sql.Tx of the call on db that ctx is inside
+// (fn's context or one derived from it), and db otherwise, as sqlc's DBTX:
+// store.New(txretry.TxOrDB(ctx, db)) lets repository methods, written once,
+// run in the caller's transaction when there is one. Calls on other
+// handles are skipped, never taken for one on db. A context kept after fn
+// returned still gives its attempt's transaction, now ended (sql.ErrTxDone),
+// never db. pgxretry, sqlxretry, gormretry and bunretry have their own
+// TxOrDB, built on TxFromContext.
+//
+// # Side effects after commit
+//
+// fn can run several times and its attempts can roll back, so a mail or a
+// published event sent from fn can go out more than once, or for nothing.
+// AfterCommit(ctx, f), called in fn, runs f once the call has committed:
+// on the caller's goroutine before RunInTx returns nil, in registration
+// order, with the caller's values but not its cancellation. The hooks of an
+// attempt that rolls back or is retried are dropped, and none runs when the
+// call returns an error, ErrCommitUncertain included: for effects that must
+// survive a lost COMMIT, use a verifier, or an outbox table written in fn.
+// A nested call that joined the outer transaction registers with the
+// outermost call; outside any call f runs at once. A panicking hook does
+// not stop the others, then goes on panicking (see AfterCommit). All
+// adapters share this, since it lives in the engine.
+//
 // # Your own transaction type: Run and Adapter
 //
 // RunInTx and pgxretry.RunInTx are thin adapters over one generic entry,
@@ -174,8 +200,9 @@
 // are judged by the rules above. Adapters of libraries built on
 // database/sql (sqlx, GORM, bun) get RunInTx's transaction handling from
 // SQLTx, BeginSQLOn and CheckSQLTxOptions, as sqlxretry, gormretry and
-// bunretry do. Run has RunInTx's options and
-// semantics; see the Run example.
+// bunretry do. TxFromContext finds the running attempt's T for the
+// adapter's TxOrDB. Run has RunInTx's options and semantics; see the Run
+// example.
 //
 // # Panics and leaks
 //

@@ -23,6 +23,7 @@ type txCtxVal struct {
 	attempt int
 	gate    *ContentionManager // the manager this attempt was admitted by, if any
 	parent  *txCtxVal          // the enclosing call's attempt, for calls on other handles
+	after   attemptHooks       // AfterCommit's, registered by fn
 }
 
 // holds reports whether ctx is inside an attempt admitted by m.
@@ -101,7 +102,11 @@ func enter(ctx context.Context, a adapter, opts []Option) error {
 		cm = nil // already admitted by the enclosing call: queueing again would deadlock
 	}
 	c := &call{cfg: cfg, a: a, key: h, cm: cm, parent: outer, minDur: -1}
-	return c.loop(ctx)
+	if err := c.loop(ctx); err != nil {
+		return err
+	}
+	runAfterCommit(ctx, c.hooks) // the loop returns nil only after a commit
+	return nil
 }
 
 // admissionOf is a call's standing with its manager cm (nil: none): its
@@ -155,6 +160,9 @@ type call struct {
 	// ended; each doubles the next attempt's.
 	lockTimeouts int
 	connLosses   int // attempts in a row that lost their connection (WithRetryOnConnectionLoss)
+
+	// hooks are AfterCommit's, of the last attempt whose fn returned nil.
+	hooks *afterCommit
 }
 
 type resultKind uint8
@@ -450,7 +458,8 @@ func (c *call) transaction(ctx context.Context, n int) result {
 			return c.classify(err, opts)
 		}
 	}
-	fnCtx := context.WithValue(ctx, txCtxKey{}, &txCtxVal{key: c.key, tx: tx, attempt: n, gate: c.cm, parent: c.parent})
+	val := &txCtxVal{key: c.key, tx: tx, attempt: n, gate: c.cm, parent: c.parent}
+	fnCtx := context.WithValue(ctx, txCtxKey{}, val)
 	if cfg.attemptTimeout > 0 {
 		var cancel context.CancelFunc
 		fnCtx, cancel = context.WithTimeout(fnCtx, cfg.attemptTimeout)
@@ -466,6 +475,7 @@ func (c *call) transaction(ctx context.Context, n int) result {
 	}()
 	err = c.a.call(fnCtx, tx)
 	finished = true
+	c.hooks = val.after.end(err == nil)
 	if err != nil {
 		if cfg.attemptTimeout > 0 && ctx.Err() == nil && errors.Is(fnCtx.Err(), context.DeadlineExceeded) {
 			err = &attemptTimeoutError{err: err}

@@ -5,7 +5,8 @@
 // import: genuine lost-update conflicts and deadlocks retried with the
 // invariant checked, permanent errors returned at once, lost COMMITs
 // reported uncertain and resolved by each verifier, nested calls and each
-// library's savepoints, and no connection or goroutine left behind.
+// library's savepoints, TxOrDB (txretry's and pgxretry's too), and no
+// connection or goroutine left behind.
 //
 // The integration module requires the adapter modules through replace
 // directives; the root module and the adapters' own modules stay free of

@@ -42,14 +42,7 @@ type transfer struct {
 func TestBankTransfers(t *testing.T) {
 	forEachPath(t, allPaths, func(t *testing.T, p *driverPath) {
 		ctx := testContext(t)
-		p.setup(t, ctx,
-			"CREATE TABLE accounts (id INT PRIMARY KEY, balance INT NOT NULL)",
-			"CREATE TABLE transfers (id INT PRIMARY KEY, src INT NOT NULL, dst INT NOT NULL, amount INT NOT NULL)")
-		for id := range bankAccounts {
-			if err := p.db.exec(ctx, "INSERT INTO accounts (id, balance) VALUES ($1, $2)", id, bankInitial); err != nil {
-				t.Fatal(err)
-			}
-		}
+		setupBank(t, ctx, p)
 
 		var (
 			mu       sync.Mutex
@@ -156,4 +149,18 @@ func doTransfer(ctx context.Context, q querier, tr transfer) error {
 		return err
 	}
 	return q.exec(ctx, "INSERT INTO transfers (id, src, dst, amount) VALUES ($1, $2, $3, $4)", tr.id, tr.src, tr.dst, tr.amount)
+}
+
+// setupBank creates the bank's accounts, each with bankInitial, and an
+// empty transfers table.
+func setupBank(t *testing.T, ctx context.Context, p *driverPath) {
+	t.Helper()
+	p.setup(t, ctx,
+		"CREATE TABLE accounts (id INT PRIMARY KEY, balance INT NOT NULL)",
+		"CREATE TABLE transfers (id INT PRIMARY KEY, src INT NOT NULL, dst INT NOT NULL, amount INT NOT NULL)")
+	for id := range bankAccounts {
+		if err := p.db.exec(ctx, "INSERT INTO accounts (id, balance) VALUES ($1, $2)", id, bankInitial); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -285,8 +285,9 @@ type driverPath struct {
 	inUse func() int
 	// admin is the server-level DSN, for kill.
 	admin string
-	// sharesHandle reports that a nested call hands fn the very handle of
-	// the outer call (the *sql.Tx); pgxretry wraps the pgx.Tx per call.
+	// sharesHandle reports that fn gets the driver's own transaction (the
+	// *sql.Tx), which a nested call hands its fn too; pgxretry's pgx.Tx is
+	// a wrapper that refuses Commit and Rollback.
 	sharesHandle bool
 }
 

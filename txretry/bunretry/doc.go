@@ -21,6 +21,10 @@
 // context, used by its methods without one, does not end with the
 // caller's.
 //
+// TxOrDB(ctx, db) returns, as a bun.IDB, the bun.Tx of the call on db's
+// pool that ctx is inside, and db otherwise, for repository methods that
+// run in the caller's transaction when there is one.
+//
 // The handle is the *sql.DB under the *bun.DB, so that db and its clones
 // (WithNamedArg, WithQueryHook) share one default
 // txretry.ContentionManager (WithContentionKeys apply per pool) and a call

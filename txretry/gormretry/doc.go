@@ -20,7 +20,10 @@
 // DefaultTransactionTimeout and db's own context are not used, since
 // ctx and WithCommitTimeout govern as in txretry.RunInTx. fn's *gorm.DB is
 // db.WithContext(ctx) on that transaction: db's session settings (Logger,
-// hooks, PrepareStmt, ...) apply to fn's statements.
+// hooks, PrepareStmt, ...) apply to fn's statements. TxOrDB(ctx, db)
+// returns such a *gorm.DB for the call on db's pool that ctx is inside,
+// and db.WithContext(ctx) otherwise, for repository methods that run in
+// the caller's transaction when there is one.
 //
 // The handle is the pool, not the *gorm.DB value: every Session,
 // WithContext or Debug of one gorm.Open shares one default

@@ -127,14 +127,20 @@ func (a adapter) Call(ctx context.Context, tx *txretry.SQLTx[*sql.Tx]) error {
 		}
 		return a.fn(ctx, a.db.WithContext(ctx))
 	}
-	s := a.db.WithContext(ctx) // a new Statement, so db is left as it was
+	return a.fn(ctx, onTx(ctx, a.db, tx.Tx))
+}
+
+// onTx returns a session of db, which is in no transaction, on tx and ctx:
+// a new Statement, so db is left as it was.
+func onTx(ctx context.Context, db *gorm.DB, tx *sql.Tx) *gorm.DB {
+	s := db.WithContext(ctx)
 	switch p := s.Statement.ConnPool.(type) {
 	case *gorm.PreparedStmtDB:
-		s.Statement.ConnPool = &gorm.PreparedStmtTX{Tx: tx.Tx, PreparedStmtDB: p}
+		s.Statement.ConnPool = &gorm.PreparedStmtTX{Tx: tx, PreparedStmtDB: p}
 	default:
-		s.Statement.ConnPool = tx.Tx
+		s.Statement.ConnPool = tx
 	}
-	return a.fn(ctx, s)
+	return s
 }
 
 func sameTx(c gorm.TxCommitter, tx *sql.Tx) bool {

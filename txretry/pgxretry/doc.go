@@ -21,4 +21,10 @@
 // after deadlock_timeout (1 s), in 50 ms. txretry.WithLockTimeout(0) turns
 // it off. A Beginner other than *pgxpool.Pool and *pgx.Conn must honour
 // pgx.TxOptions.BeginQuery for it to apply.
+//
+// TxOrDB(ctx, pool) returns the pgx.Tx of the call on pool that ctx is
+// inside, and pool otherwise, as sqlc's pgx/v5 DBTX:
+// store.New(pgxretry.TxOrDB(ctx, pool)). A pgx.Tx must not be used from
+// several goroutines at once; after fn returned it fails with
+// pgx.ErrTxClosed.
 package pgxretry

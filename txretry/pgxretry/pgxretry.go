@@ -77,11 +77,13 @@ func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*attempt, erro
 	if err != nil {
 		return nil, err
 	}
-	return &attempt{tx: tx}, nil
+	at := &attempt{tx: tx}
+	at.fnTx = &recTx{Tx: tx, rec: &at.rec, outer: true}
+	return at, nil
 }
 
 func (a adapter) Call(ctx context.Context, at *attempt) error {
-	return a.fn(ctx, &recTx{Tx: at.tx, rec: &at.rec, outer: true})
+	return a.fn(ctx, at.fnTx)
 }
 
 // Handle is db, which may be nil: Run then returns ErrInvalidOption.
@@ -151,6 +153,7 @@ func beginSQL(opts pgx.TxOptions) string {
 type attempt struct {
 	tx    pgx.Tx
 	rec   recorder
+	fnTx  *recTx         // over tx: what fn, nested calls and TxOrDB get
 	locks *keylock.Locks // txretry.WithDatabaseKeyLocks: released once the transaction ended
 }
 

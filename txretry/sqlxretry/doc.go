@@ -21,7 +21,14 @@
 // around it) is refused with txretry.ErrInvalidOption rather than run as
 // a second transaction on the pool: a *sqlx.Tx cannot be made from a
 // *sql.Tx outside sqlx, so the two cannot share one; use the *sqlx.Tx
-// (its *sql.Tx is embedded). The real-server tests (conflicts, deadlocks, lost
-// COMMITs through the fault proxy) are in the integration module, package
-// adapters.
+// (its *sql.Tx is embedded).
+//
+// TxOrDB(ctx, db) returns the *sqlx.Tx of the call on db's pool that ctx
+// is inside, and db otherwise, as a DBTX (sqlx.ExtContext, sqlc's
+// database/sql methods, GetContext, SelectContext, NamedExecContext), for
+// repository methods that run in the caller's transaction when there is
+// one.
+//
+// The real-server tests (conflicts, deadlocks, lost COMMITs through the
+// fault proxy, TxOrDB) are in the integration module, package adapters.
 package sqlxretry
