@@ -22,8 +22,8 @@ import (
 //
 //   - BEGIN, fn or a statement failed with driver.ErrBadConn, an error for
 //     which pgconn's SafeToRetry is true, a network error (refused, reset,
-//     broken pipe, EOF, a timeout that was not the caller's), go-sql-driver's
-//     ErrInvalidConn, PostgreSQL's class 08 (connection exception) or 57P01,
+//     broken pipe, EOF, a timeout that was not the caller's), pgconn's
+//     ErrConnClosed, go-sql-driver's ErrInvalidConn, PostgreSQL's class 08 (connection exception) or 57P01,
 //     57P02, 57P03 (shutting down, starting up), or MySQL/MariaDB's 1053
 //     (server shutdown) and 1927 (connection killed);
 //   - COMMIT failed with an error that proves nothing was sent or done
@@ -77,5 +77,15 @@ func connectionLost(err error) bool {
 	var ne net.Error
 	return errors.Is(err, driver.ErrBadConn) || mysqlerr.IsConnectionLoss(err) || errors.As(err, &ne) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		walk(err, isConnClosed)
+}
+
+// isConnClosed reports pgconn's ErrConnClosed, by its text since drivers
+// are not imported here: a leaf error "conn closed", which pgx returns for
+// a connection that an earlier failure closed, as the pooled connections a
+// restart killed are at their next BEGIN (pgconn does not call it safe to
+// retry, since a request may have been sent; outside COMMIT that is safe).
+func isConnClosed(err error) bool {
+	return !isWrapper(err) && err.Error() == "conn closed"
 }

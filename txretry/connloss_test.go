@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -88,6 +89,7 @@ func TestConnectionLossBeforeCommitReRunsTheTransaction(t *testing.T) {
 		}}, 1},
 		{"MariaDB 1927 under fn", &fakedb.Driver{OnExec: failFirst(3, errKilled)}, 4},
 		{"go-sql-driver invalid connection", &fakedb.Driver{OnExec: failFirst(3, mysql.ErrInvalidConn)}, 4},
+		{"pgconn's conn closed", &fakedb.Driver{OnExec: failFirst(3, fmt.Errorf("failed to deallocate cached statement(s): %w", errors.New("conn closed")))}, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, tc.drv)
