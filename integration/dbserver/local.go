@@ -30,19 +30,73 @@ const localDirPrefix = "txretry-dbserver-"
 // killed.
 const stopTimeout = 15 * time.Second
 
-// localServer is a running throwaway server.
+// localServer is a throwaway server: its directory, and its process while
+// it runs. A private one (see Private) may be halted and launched again on
+// the same port.
 type localServer struct {
 	engine Engine
+	bin    *binaries
+	acct   *account
 	// dir holds the data directory, the socket, the log and the owner file.
 	dir string
-	cmd *exec.Cmd
+	// data is the data directory (PgBouncer: none).
+	data string
 	// port is the TCP port the server listens on, on 127.0.0.1.
 	port int
-	// exited is closed when the server process has exited.
-	exited   chan struct{}
-	waitErr  error
+	// settings are extra PostgreSQL settings (name=value), given with -c.
+	settings []string
+	// standby is a PostgreSQL standby: it has no database to create.
+	standby bool
+	// bouncer is a PgBouncer in front of a PostgreSQL server; bin.server is
+	// the pgbouncer program and dir holds its configuration.
+	bouncer bool
+	// cleanSig stops the server cleanly (fast shutdown); crashSig at once.
+	cleanSig, crashSig syscall.Signal
+
+	mu sync.Mutex
+	// proc is the running server process, nil while halted.
+	proc *process
+
 	stopOnce sync.Once
 	stopErr  error
+}
+
+// process is one run of a server program.
+type process struct {
+	cmd *exec.Cmd
+	// exited is closed when the process has exited, after err is set.
+	exited chan struct{}
+	err    error
+}
+
+// newLocal returns the throwaway server of e from bin in a new directory
+// under the temporary folder, not started yet; kind starts the directory's
+// name ("pg-").
+func newLocal(e Engine, bin *binaries, kind string) (*localServer, error) {
+	acct, err := serverAccount(e)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", localDirPrefix+kind)
+	if err != nil {
+		return nil, err
+	}
+	l := &localServer{engine: e, bin: bin, acct: acct, dir: dir, data: filepath.Join(dir, "data"),
+		cleanSig: syscall.SIGTERM, crashSig: syscall.SIGKILL}
+	if e == Postgres {
+		// What pg_ctl stop -m fast and -m immediate send.
+		l.cleanSig, l.crashSig = syscall.SIGINT, syscall.SIGQUIT
+	}
+	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return nil, errors.Join(err, os.RemoveAll(dir))
+	}
+	if acct != nil && acct.name != "root" {
+		// MkdirTemp made dir 0700 and ours; the server writes there.
+		if err := os.Chown(dir, int(acct.uid), int(acct.gid)); err != nil {
+			return nil, errors.Join(err, os.RemoveAll(dir))
+		}
+	}
+	return l, nil
 }
 
 // account is the system account a server runs as when we are root.
@@ -105,26 +159,28 @@ func freePort() (int, error) {
 
 // startLocal starts a throwaway server of e from bin, within LocalTimeout.
 func startLocal(ctx context.Context, e Engine, bin *binaries) (*Server, error) {
+	return runLocal(ctx, e, bin, e.EnvVar()+" is not set and Docker is not available; starting a throwaway", nil)
+}
+
+// runLocal creates and starts a throwaway server of e from bin with the
+// extra PostgreSQL settings, within LocalTimeout; what begins the message
+// it prints.
+func runLocal(ctx context.Context, e Engine, bin *binaries, what string, settings []string) (*Server, error) {
 	ctx, cancel := context.WithTimeout(ctx, LocalTimeout)
 	defer cancel()
 	sweepStale()
-	acct, err := serverAccount(e)
-	if err != nil {
-		return nil, err
-	}
 	kind := "pg-"
 	if e == MySQL {
 		kind = "mysql-"
 	}
-	dir, err := os.MkdirTemp("", localDirPrefix+kind)
+	l, err := newLocal(e, bin, kind)
 	if err != nil {
 		return nil, err
 	}
-	l := &localServer{engine: e, dir: dir, exited: make(chan struct{})}
+	l.settings = settings
 	start := time.Now()
-	fmt.Fprintf(os.Stderr, "dbserver: %s is not set and Docker is not available; starting a throwaway %s from %s in %s\n",
-		e.EnvVar(), e, filepath.Dir(bin.server), dir)
-	dsn, err := l.start(ctx, bin, acct)
+	fmt.Fprintf(os.Stderr, "dbserver: %s %s from %s in %s\n", what, e, filepath.Dir(bin.server), l.dir)
+	dsn, err := l.start(ctx)
 	if err != nil {
 		return nil, errors.Join(err, l.stop())
 	}
@@ -145,76 +201,120 @@ func (l *localServer) addr(dsn string) string {
 	return addr
 }
 
-// start initializes the data directory, starts the server and waits until
-// it answers; it returns the server's DSN.
-func (l *localServer) start(ctx context.Context, bin *binaries, acct *account) (string, error) {
-	if err := os.WriteFile(filepath.Join(l.dir, "owner"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		return "", err
-	}
-	if acct != nil && acct.name != "root" {
-		// MkdirTemp made dir 0700 and ours; the server writes there.
-		if err := os.Chown(l.dir, int(acct.uid), int(acct.gid)); err != nil {
-			return "", err
-		}
-	}
-	data := filepath.Join(l.dir, "data")
-	if out, err := l.initdb(ctx, bin, acct, data); err != nil {
-		return "", fmt.Errorf("%s: %w%s", filepath.Base(l.initArgs(bin)[0]), err, tail(out))
+// start initializes the data directory, picks a free port, starts the
+// server and waits until it answers; it returns the server's DSN.
+func (l *localServer) start(ctx context.Context) (string, error) {
+	args := l.initArgs()
+	if out, err := l.run(ctx, args[0], args[1:]...); err != nil {
+		return "", fmt.Errorf("%s: %w%s", filepath.Base(args[0]), err, tail(out))
 	}
 	var err error
 	if l.port, err = freePort(); err != nil {
 		return "", err
 	}
-	args, dsn := l.serverArgs(bin, acct, data, l.port)
-	logPath := filepath.Join(l.dir, "server.log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	if err := l.launch(ctx, true); err != nil {
 		return "", err
 	}
-	defer logFile.Close()
-	l.cmd = command(acct, l.dir, bin.server, args...)
-	l.cmd.Stdout, l.cmd.Stderr = logFile, logFile
-	if err := l.cmd.Start(); err != nil {
-		close(l.exited)
-		return "", err
-	}
-	register(l)
-	go func() {
-		l.waitErr = l.cmd.Wait()
-		close(l.exited)
-	}()
-	if err := os.WriteFile(filepath.Join(l.dir, "server.pid"), []byte(strconv.Itoa(l.cmd.Process.Pid)), 0o644); err != nil {
-		return "", err
-	}
-	if err := l.ready(ctx, bin); err != nil {
-		log, _ := os.ReadFile(logPath)
-		return "", fmt.Errorf("%w%s", err, tail(log))
-	}
+	_, dsn := l.serverArgs()
 	return dsn, nil
 }
 
-// initArgs returns the command line that creates the data directory.
-func (l *localServer) initArgs(bin *binaries) []string {
-	data := filepath.Join(l.dir, "data")
-	switch {
-	case l.engine == Postgres:
-		return []string{bin.initdb, "-D", data, "-U", "postgres", "--auth=trust",
-			"--encoding=UTF8", "--locale=C", "--no-sync"}
-	case bin.mariadb:
-		return []string{bin.initdb, "--no-defaults", "--datadir=" + data,
-			"--auth-root-authentication-method=normal", "--skip-test-db"}
-	default:
-		return []string{bin.server, "--no-defaults", "--initialize-insecure", "--datadir=" + data}
+// launch starts the server process on l.port and waits until it answers,
+// creating the database test when create is set.
+func (l *localServer) launch(ctx context.Context, create bool) error {
+	l.mu.Lock()
+	running := l.proc != nil
+	l.mu.Unlock()
+	if running {
+		return fmt.Errorf("throwaway %s is already running", l.engine)
 	}
+	args, _ := l.serverArgs()
+	logPath := filepath.Join(l.dir, "server.log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	p := &process{cmd: command(l.acct, l.dir, l.bin.server, args...), exited: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	if err := p.cmd.Start(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.proc = p
+	l.mu.Unlock()
+	register(l)
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	if err := os.WriteFile(filepath.Join(l.dir, "server.pid"), []byte(strconv.Itoa(p.cmd.Process.Pid)), 0o644); err != nil {
+		return err
+	}
+	if err := l.ready(ctx, p, create); err != nil {
+		log, _ := os.ReadFile(logPath)
+		return fmt.Errorf("%w%s", err, tail(log))
+	}
+	return nil
 }
 
-// initdb creates the data directory and returns the program's output.
-func (l *localServer) initdb(ctx context.Context, bin *binaries, acct *account, data string) ([]byte, error) {
-	args := l.initArgs(bin)
-	if l.engine == MySQL && acct != nil {
-		args = append(args, "--user="+acct.name)
+// pid returns the process id of the running server, or 0.
+func (l *localServer) pid() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.proc == nil {
+		return 0
 	}
-	cmd := command(acct, l.dir, args[0], args[1:]...)
+	return l.proc.cmd.Process.Pid
+}
+
+// halt sends sig to the running server and waits until it has exited
+// (SIGKILL to its process group after stopTimeout); the data directory
+// stays. It does nothing while the server is halted.
+func (l *localServer) halt(sig syscall.Signal) error {
+	l.mu.Lock()
+	p := l.proc
+	l.proc = nil
+	l.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	var err error
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.exited:
+	case <-time.After(stopTimeout):
+		err = fmt.Errorf("throwaway %s did not stop within %v: killed", l.engine, stopTimeout)
+	}
+	// Also ends any child the server left (PostgreSQL backends).
+	killGroup(p.cmd.Process.Pid)
+	<-p.exited
+	return err
+}
+
+// initArgs returns the command line that creates the data directory.
+func (l *localServer) initArgs() []string {
+	var args []string
+	switch {
+	case l.engine == Postgres:
+		return []string{l.bin.initdb, "-D", l.data, "-U", "postgres", "--auth=trust",
+			"--encoding=UTF8", "--locale=C", "--no-sync"}
+	case l.bin.mariadb:
+		args = []string{l.bin.initdb, "--no-defaults", "--datadir=" + l.data,
+			"--auth-root-authentication-method=normal", "--skip-test-db"}
+	default:
+		args = []string{l.bin.server, "--no-defaults", "--initialize-insecure", "--datadir=" + l.data}
+	}
+	if l.acct != nil {
+		args = append(args, "--user="+l.acct.name)
+	}
+	return args
+}
+
+// run runs a program as the server's account, in its directory, until it
+// ends or ctx does; it returns the program's output.
+func (l *localServer) run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	cmd := command(l.acct, l.dir, name, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -232,23 +332,32 @@ func (l *localServer) initdb(ctx context.Context, bin *binaries, acct *account, 
 	}
 }
 
-// serverArgs returns the server's arguments and the DSN it will answer on.
-func (l *localServer) serverArgs(bin *binaries, acct *account, data string, port int) ([]string, string) {
-	p := strconv.Itoa(port)
-	if l.engine == Postgres {
-		return []string{"-D", data, "-p", p, "-h", "127.0.0.1", "-k", l.dir,
+// serverArgs returns the server's arguments and the DSN it answers on.
+func (l *localServer) serverArgs() ([]string, string) {
+	p := strconv.Itoa(l.port)
+	pgDSN := "postgres://postgres@127.0.0.1:" + p + "/test?sslmode=disable"
+	switch {
+	case l.bouncer:
+		return []string{filepath.Join(l.dir, "pgbouncer.ini")}, pgDSN
+	case l.engine == Postgres:
+		args := []string{"-D", l.data, "-p", p, "-h", "127.0.0.1", "-k", l.dir,
 			"-c", "max_connections=300", "-c", "shared_buffers=64MB",
 			"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		}, "postgres://postgres@127.0.0.1:" + p + "/test?sslmode=disable"
+		}
+		// Later settings override earlier ones.
+		for _, s := range l.settings {
+			args = append(args, "-c", s)
+		}
+		return args, pgDSN
 	}
-	args := []string{"--no-defaults", "--datadir=" + data, "--port=" + p, "--bind-address=127.0.0.1",
+	args := []string{"--no-defaults", "--datadir=" + l.data, "--port=" + p, "--bind-address=127.0.0.1",
 		"--socket=" + l.socket(), "--pid-file=" + filepath.Join(l.dir, "mysqld.pid"),
 		"--log-error=" + filepath.Join(l.dir, "server.log"), "--skip-name-resolve", "--skip-log-bin",
 		"--innodb-buffer-pool-size=64M", "--innodb-flush-log-at-trx-commit=2", "--max-connections=300"}
-	if !bin.mariadb {
+	if !l.bin.mariadb {
 		args = append(args, "--mysqlx=OFF")
 	}
-	if acct != nil && acct.name == "root" {
+	if l.acct != nil && l.acct.name == "root" {
 		args = append(args, "--user=root")
 	}
 	return args, "root@tcp(127.0.0.1:" + p + ")/test"
@@ -257,21 +366,29 @@ func (l *localServer) serverArgs(bin *binaries, acct *account, data string, port
 // socket returns the MySQL-family server's Unix socket.
 func (l *localServer) socket() string { return filepath.Join(l.dir, "mysqld.sock") }
 
-// ready waits until the server answers, then creates the database test
-// (and, on the MySQL family, the account root@127.0.0.1 that TCP clients
-// use: MySQL's --initialize-insecure makes only root@localhost).
-func (l *localServer) ready(ctx context.Context, bin *binaries) error {
+// ready waits until the server of process p answers, then, when create is
+// set, creates the database test (and, on the MySQL family, the account
+// root@127.0.0.1 that TCP clients use: MySQL's --initialize-insecure makes
+// only root@localhost).
+func (l *localServer) ready(ctx context.Context, p *process, create bool) error {
 	driver, admin, stmts := "pgx", "", []string{}
-	if l.engine == Postgres {
+	switch {
+	case l.bouncer:
+		_, admin = l.serverArgs()
+		admin += "&connect_timeout=2"
+	case l.engine == Postgres:
 		admin = "postgres://postgres@127.0.0.1:" + strconv.Itoa(l.port) + "/postgres?sslmode=disable&connect_timeout=2"
 		stmts = []string{"CREATE DATABASE test"}
-	} else {
+	default:
 		driver, admin = "mysql", "root@unix("+l.socket()+")/?timeout=2s"
 		stmts = []string{
 			"CREATE DATABASE IF NOT EXISTS test",
 			"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'",
 			"GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
 		}
+	}
+	if !create {
+		stmts = nil
 	}
 	db, err := sql.Open(driver, admin)
 	if err != nil {
@@ -284,10 +401,10 @@ func (l *localServer) ready(ctx context.Context, bin *binaries) error {
 			break
 		}
 		select {
-		case <-l.exited:
-			return fmt.Errorf("%s exited: %v", filepath.Base(bin.server), l.waitErr)
+		case <-p.exited:
+			return fmt.Errorf("%s exited: %v", filepath.Base(l.bin.server), p.err)
 		case <-ctx.Done():
-			return fmt.Errorf("%s did not answer: %w", filepath.Base(bin.server), err)
+			return fmt.Errorf("%s did not answer: %w", filepath.Base(l.bin.server), err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -299,31 +416,14 @@ func (l *localServer) ready(ctx context.Context, bin *binaries) error {
 	return nil
 }
 
-// stop stops the server (SIGINT, PostgreSQL's fast shutdown, or SIGTERM;
-// SIGKILL to its process group after stopTimeout) and removes its
+// stop stops the server cleanly (SIGINT, PostgreSQL's fast shutdown, or
+// SIGTERM; SIGKILL to its process group after stopTimeout) and removes its
 // directory. It is safe to call more than once.
 func (l *localServer) stop() error {
 	l.stopOnce.Do(func() {
-		var errs []error
-		if l.cmd != nil && l.cmd.Process != nil {
-			sig := syscall.SIGTERM
-			if l.engine == Postgres {
-				sig = syscall.SIGINT
-			}
-			_ = l.cmd.Process.Signal(sig)
-			select {
-			case <-l.exited:
-			case <-time.After(stopTimeout):
-				errs = append(errs, fmt.Errorf("throwaway %s did not stop within %v: killed", l.engine, stopTimeout))
-			}
-			// Also ends any child the server left (PostgreSQL backends).
-			killGroup(l.cmd.Process.Pid)
-			<-l.exited
-			unregister(l)
-		}
-		if err := os.RemoveAll(l.dir); err != nil {
-			errs = append(errs, err)
-		}
+		errs := []error{l.halt(l.cleanSig)}
+		unregister(l)
+		errs = append(errs, os.RemoveAll(l.dir))
 		l.stopErr = errors.Join(errs...)
 	})
 	return l.stopErr

@@ -41,7 +41,7 @@ func helperMain(mode string) int {
 			return 1
 		}
 		srvs = append(srvs, srv)
-		fmt.Println("server", srv.local.cmd.Process.Pid, srv.local.dir)
+		fmt.Println("server", srv.local.pid(), srv.local.dir)
 	}
 	fmt.Println("ready")
 	if mode == "close" {

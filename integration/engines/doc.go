@@ -1,7 +1,8 @@
 // Package engines holds txretry's tests against database setups that change
 // how transactions fail or how sessions behave: a 3-node MariaDB Galera
-// cluster (certification failures reported as deadlocks, nodes leaving,
-// commits lost on a dying node, the commit-marker verifier on another node),
+// cluster (certification failures reported as deadlocks, nodes leaving, a
+// node killed under load, commits lost on a dying node, the commit-marker
+// verifier on another node),
 // PgBouncer in transaction pooling mode (pgx query modes, both built-in
 // verifiers through the pooler, WithDatabaseKeyLocks refused) and TiDB (pessimistic deadlocks, optimistic
 // conflicts and schema changes at COMMIT, lost commits, the commit-marker
