@@ -84,8 +84,8 @@
 // error. Without a verifier it returns a *CommitUncertainError matching
 // ErrCommitUncertain and the driver's error. With a verifier (WithVerify,
 // WithXactStatusVerification, WithCommitMarker, WithIdempotencyKey) it
-// first establishes the outcome: committed means success (with a key,
-// ErrAlreadyCommitted: see below), not committed means a normal retry.
+// first establishes the outcome: committed means success, not committed
+// means a normal retry.
 //
 // A COMMIT error counts as "not committed" only where that is proven:
 //
@@ -116,11 +116,11 @@
 //  2. call RunInTx with WithIdempotencyKey: every attempt inserts the key
 //     into table before fn, so the key commits with fn's effects or not at
 //     all; in fn, store the request's result under the key (a receipt row);
-//  3. on nil, answer with what fn computed; on an error matching
-//     ErrAlreadyCommitted (the key is committed: by an earlier call, a
-//     concurrent one, which this call waited for, or this call itself when
-//     its COMMIT was lost), fn's work is done: load the stored result and
-//     answer with it.
+//  3. on nil, answer with what fn computed (also when this call's COMMIT
+//     was lost and the key's probe found this call's commit); on
+//     ErrAlreadyCommitted (the key was committed by another call: an
+//     earlier one, or a concurrent one, which this call waited for), fn's
+//     work is done: load the stored result and answer with it.
 //
 // The key covers the database only: mail, messages and calls to other
 // services made from fn can still happen more than once (write them to an

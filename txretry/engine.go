@@ -260,9 +260,6 @@ func (c *call) loop(ctx context.Context) error {
 			if verr != nil {
 				return finish(CommitUncertain, &CommitUncertainError{Attempts: attempt, Err: res.err, Verifier: cfg.verifier.name(), VerifyErr: verr})
 			}
-			if committed && cfg.idem != nil {
-				return finish(AlreadyCommitted, errCommitLostKeyFound)
-			}
 			if committed {
 				return finish(Committed, nil)
 			}

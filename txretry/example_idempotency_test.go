@@ -14,12 +14,13 @@ import (
 
 // A payment made once per key. The fake driver stands in for a database
 // whose key table already holds the key of the second call, as it would
-// after the first call committed: its insert fails with a duplicate key.
+// after the first call committed: its insert (of the key and the call's
+// marker) fails with a duplicate key.
 func ExampleWithIdempotencyKey() {
 	committed := map[string]bool{}
 	drv := &fakedb.Driver{NoLog: true, OnExec: func(_ context.Context, _ int, q string, _ []driver.NamedValue) error {
-		if k, ok := strings.CutPrefix(q, "INSERT INTO payment_keys (token) VALUES ('"); ok {
-			k = strings.TrimSuffix(k, "')")
+		if rest, ok := strings.CutPrefix(q, "INSERT INTO payment_keys (token) VALUES ('"); ok {
+			k, _, _ := strings.Cut(rest, "'")
 			if committed[k] {
 				return &fakedb.SQLStateError{Code: "23505"}
 			}

@@ -5,9 +5,15 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"io"
+	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/internal/fakedb"
 )
@@ -168,5 +174,119 @@ func TestIdempotencyKeyPolicy(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// keyInsert matches the key's INSERT of an attempt: the key and the call's
+// marker in one statement; probe matches the marker's INSERT alone.
+var (
+	keyInsert = regexp.MustCompile(`^INSERT INTO idem_keys \(token\) VALUES \('k1'\), \('(@[0-9a-f]{32})'\)$`)
+	probe     = regexp.MustCompile(`^INSERT INTO idem_keys \(token\) VALUES \('(@[0-9a-f]{32})'\)$`)
+)
+
+// A lost COMMIT with a key, on the fake driver: the probe repeats the
+// call's marker. A duplicate is this call's commit: nil after one run of
+// fn. No duplicate means this call did not commit: it is retried, and the
+// retry finds the key committed by another call (ErrAlreadyCommitted) or
+// runs fn. A probe that keeps failing leaves the commit uncertain. No error
+// shows the key or the marker.
+func TestIdempotencyKeyLostCommit(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		probe    error // the probe's answer
+		keyTaken bool  // another call committed the key before the retry
+		want     error // nil: success
+		wantRuns int32
+		verified txretry.Verification
+		outcome  txretry.Outcome
+	}{
+		{"own commit, PostgreSQL", errUnique, false, nil, 1, txretry.VerifiedCommitted, txretry.Committed},
+		{"own commit, MySQL", &mysql.MySQLError{Number: 1062, Message: "Duplicate entry '@x' for key 'PRIMARY'"}, false, nil, 1, txretry.VerifiedCommitted, txretry.Committed},
+		{"another's commit", nil, true, txretry.ErrAlreadyCommitted, 1, txretry.VerifiedNotCommitted, txretry.AlreadyCommitted},
+		{"no commit", nil, false, nil, 2, txretry.VerifiedNotCommitted, txretry.Committed},
+		{"probe keeps failing", io.EOF, false, txretry.ErrCommitUncertain, 1, txretry.Unresolved, txretry.CommitUncertain},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				mu             sync.Mutex
+				claims, probes []string // the markers, in order
+				otherCommitted bool
+			)
+			f := newFixture(t, &fakedb.Driver{
+				OnCommit: lostFirstCommit,
+				OnExec: func(_ context.Context, _ int, q string, _ []driver.NamedValue) error {
+					mu.Lock()
+					defer mu.Unlock()
+					if m := keyInsert.FindStringSubmatch(q); m != nil {
+						claims = append(claims, m[1])
+						if otherCommitted {
+							return errUnique
+						}
+					} else if m := probe.FindStringSubmatch(q); m != nil {
+						probes = append(probes, m[1])
+						otherCommitted = tc.keyTaken
+						return tc.probe
+					} else if q != "UPDATE t SET v = v + 1" {
+						t.Errorf("statement %q", q)
+					}
+					return nil
+				},
+			})
+			var ev outcomes
+			var runs atomic.Int32
+			err := txretry.RunInTx(context.Background(), f.db, execFn(&runs), f.opts(txretry.WithIdempotencyKey("idem_keys", "k1"),
+				txretry.WithObserver(&ev), txretry.WithVerifyTimeout(500*time.Millisecond))...)
+			if tc.want == nil && err != nil || !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if tc.want == txretry.ErrAlreadyCommitted && err != txretry.ErrAlreadyCommitted { //nolint:errorlint // the plain sentinel
+				t.Fatalf("err = %#v, want the plain sentinel", err)
+			}
+			if runs.Load() != tc.wantRuns {
+				t.Fatalf("fn ran %d times, want %d", runs.Load(), tc.wantRuns)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(probes) == 0 || len(claims) == 0 || probes[0] != claims[0] {
+				t.Fatalf("claims %q, probes %q: want the probe to repeat the call's marker", claims, probes)
+			}
+			if err != nil && (strings.Contains(err.Error(), "k1") || strings.Contains(err.Error(), claims[0])) {
+				t.Fatalf("the error shows the key or the marker: %v", err)
+			}
+			var verified []txretry.Verification
+			for _, e := range ev {
+				if e.Kind == txretry.CommitVerified {
+					verified = append(verified, e.Verification)
+				}
+			}
+			if len(verified) != 1 || verified[0] != tc.verified {
+				t.Fatalf("verifications %v, want [%v]", verified, tc.verified)
+			}
+			if last := ev[len(ev)-1]; last.Kind != txretry.CallFinished || last.Outcome != tc.outcome {
+				t.Fatalf("last event %+v, want outcome %v", last, tc.outcome)
+			}
+		})
+	}
+}
+
+// Every call has its own marker, also when calls share one Option value.
+func TestIdempotencyKeyMarkerPerCall(t *testing.T) {
+	var markers []string
+	d := &fakedb.Driver{OnExec: func(_ context.Context, _ int, q string, _ []driver.NamedValue) error {
+		if m := keyInsert.FindStringSubmatch(q); m != nil {
+			markers = append(markers, m[1])
+		}
+		return nil
+	}}
+	db := d.DB()
+	defer db.Close()
+	opt := txretry.WithIdempotencyKey("idem_keys", "k1")
+	for range 2 {
+		if err := txretry.RunInTx(context.Background(), db, func(context.Context, *sql.Tx) error { return nil }, opt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(markers) != 2 || markers[0] == markers[1] {
+		t.Fatalf("markers %q: want one new marker per call", markers)
 	}
 }

@@ -120,8 +120,8 @@ const (
 	// Panicked: fn panicked; the transaction was rolled back and the panic goes on.
 	Panicked
 	// AlreadyCommitted: the call's idempotency key was found committed
-	// (ErrAlreadyCommitted): fn was not run, or this call's COMMIT was lost
-	// and the key cannot tell its commit from a concurrent call's.
+	// by another call (ErrAlreadyCommitted): the last attempt did not run
+	// fn, and no earlier one committed.
 	AlreadyCommitted
 )
 

@@ -11,12 +11,13 @@
 // debited once however often the call is made, and concurrent calls with one
 // key wait for the first one.
 //
-// An uncertain commit (the connection is lost during COMMIT) is resolved by
-// the key: txretry inserts it on a fresh connection in a transaction it
-// always rolls back. A duplicate means the lost transaction (or a concurrent
-// call with the same key) committed: ErrAlreadyCommitted, and the program
-// returns the stored receipt; success means nothing committed, and the
-// payment is run again. The tests simulate lost commits by wrapping the
+// An uncertain commit (the connection is lost during COMMIT) is resolved
+// beside the key: every attempt also inserts a marker of its call, which
+// txretry inserts again on a fresh connection in a transaction it always
+// rolls back. A duplicate means this call committed: the payment is made;
+// success means it did not, and the payment is run again, which returns
+// ErrAlreadyCommitted (and the stored receipt) if a concurrent call with
+// the same key committed meanwhile. The tests simulate lost commits by wrapping the
 // driver; the integration tests inject real ones through a proxy.
 //
 // Usage:

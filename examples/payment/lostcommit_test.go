@@ -167,9 +167,8 @@ func (v *verifications) Observe(_ context.Context, e txretry.Event) {
 // TestLostCommit makes the COMMIT of a payment report a lost connection,
 // after the server committed or before it could, and asserts that the
 // idempotency key resolves it with the payment made exactly once: a COMMIT
-// that never arrived is retried; one the server applied is answered
-// ErrAlreadyCommitted by txretry (the key cannot tell this call's commit
-// from a concurrent one's), on which Pay returns the stored receipt.
+// that never arrived is retried; one the server applied is found by the
+// key's probe to be this call's commit, and Pay returns the new receipt.
 func TestLostCommit(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -178,7 +177,7 @@ func TestLostCommit(t *testing.T) {
 		attempts int
 		made     bool
 	}{
-		{"committed", lostAfterCommit, txretry.VerifiedCommitted, 1, false},
+		{"committed", lostAfterCommit, txretry.VerifiedCommitted, 1, true},
 		{"not committed", lostBeforeCommit, txretry.VerifiedNotCommitted, 2, true},
 	}
 	for _, e := range engines {

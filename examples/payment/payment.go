@@ -120,7 +120,7 @@ func (p *Payments) Balance(ctx context.Context, account int) (int64, error) {
 // key before fn runs, so a key already paid ends the call with
 // txretry.ErrAlreadyCommitted without touching the account; concurrent
 // calls with one key wait for the first; and a lost COMMIT is resolved by
-// probing the key. fn stores the receipt under the same key, in the same
+// probing the call's marker, stored beside the key. fn stores the receipt under the same key, in the same
 // transaction, which is what a repeated call returns.
 func (p *Payments) Pay(ctx context.Context, key string, account int, amount int64) (Receipt, bool, error) {
 	// The receipt is stored under the key's token, the form the key table
@@ -145,8 +145,8 @@ func (p *Payments) Pay(ctx context.Context, key string, account int, amount int6
 	}, p.options(key)...)
 
 	if errors.Is(err, txretry.ErrAlreadyCommitted) {
-		// Paid before, by an earlier call or a concurrent one, or by this
-		// call when its COMMIT was lost: the stored receipt is the answer.
+		// Paid before, by an earlier call or a concurrent one: the stored
+		// receipt is the answer.
 		earlier, err := p.Lookup(ctx, key)
 		if err != nil {
 			return Receipt{}, false, err
