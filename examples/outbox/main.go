@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -30,6 +31,7 @@ type options struct {
 	poison      int
 	maxAttempts int
 	processTime time.Duration
+	poll        time.Duration
 	fixed       bool
 	work        bool
 	timeout     time.Duration
@@ -54,6 +56,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.processTime, "process-time", 2*time.Millisecond, "time processing one job takes")
 	fs.DurationVar(&o.timeout, "timeout", 50*time.Second, "bound of the whole run, containers excepted")
 	if o.command == "run" {
+		fs.DurationVar(&o.poll, "poll", time.Hour, "how often waiting workers look for jobs that no commit woke them for")
 		fs.IntVar(&o.jobs, "jobs", 40, "jobs to enqueue")
 		fs.IntVar(&o.rejects, "rejects", 2, "jobs the processor rejects (a permanent error)")
 		fs.IntVar(&o.poison, "poison", 1, "jobs that raise a serialization failure on every attempt")
@@ -67,8 +70,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	switch {
 	case o.workers < 1 || o.maxAttempts < 1 || o.processTime < 0 || o.timeout <= 0:
 		return o, errors.New("-workers, -max-attempts and -timeout must be positive")
-	case o.command == "run" && (o.jobs < 1 || o.rejects < 0 || o.poison < 0 || o.rejects+o.poison > o.jobs):
-		return o, errors.New("-jobs must be positive, and -rejects plus -poison at most -jobs")
+	case o.command == "run" && (o.jobs < 1 || o.poll <= 0 || o.rejects < 0 || o.poison < 0 || o.rejects+o.poison > o.jobs):
+		return o, errors.New("-jobs and -poll must be positive, and -rejects plus -poison at most -jobs")
 	}
 	var err error
 	o.engines, err = cli.Engines(db)
@@ -108,20 +111,27 @@ func runOn(ctx context.Context, srv *dbserver.Server, o options, stdout io.Write
 	fmt.Fprintf(w, "%s, %s\n", srv, ns.Where)
 
 	wantDead := -1 // unknown for reprocess
+	work := func() (Stats, error) { return q.Work(ctx, o.workers) }
 	switch o.command {
 	case "run":
 		if err := q.Setup(ctx); err != nil {
 			return err
 		}
-		if err := q.Enqueue(ctx, 1, payloads(o.jobs, o.rejects, o.poison)); err != nil {
-			return fmt.Errorf("enqueue: %w", err)
-		}
 		code := "SQLSTATE 40001"
 		if srv.Engine == dbserver.MySQL {
 			code = "error 1213"
 		}
-		fmt.Fprintf(w, "  enqueued %d jobs: %d rejected by the processor, %d raising %s on every attempt; %d workers, at most %d attempts per job\n",
-			o.jobs, o.rejects, o.poison, code, o.workers, o.maxAttempts)
+		fmt.Fprintf(w, "  %d workers wait for jobs, polling every %v: the commit of Enqueue wakes them\n", o.workers, o.poll)
+		work = func() (Stats, error) {
+			return serveJobs(ctx, q, o, func() error {
+				if err := q.Enqueue(ctx, 1, payloads(o.jobs, o.rejects, o.poison)); err != nil {
+					return fmt.Errorf("enqueue: %w", err)
+				}
+				fmt.Fprintf(w, "  enqueued %d jobs: %d rejected by the processor, %d raising %s on every attempt; at most %d attempts per job\n",
+					o.jobs, o.rejects, o.poison, code, o.maxAttempts)
+				return nil
+			})
+		}
 		wantDead = o.rejects + o.poison
 	case "reprocess":
 		moved, err := q.Reprocess(ctx)
@@ -139,7 +149,7 @@ func runOn(ctx context.Context, srv *dbserver.Server, o options, stdout io.Write
 	}
 
 	start := time.Now()
-	stats, workErr := q.Work(ctx, o.workers)
+	stats, workErr := work()
 	queued, processed, dead, err := q.Counts(ctx)
 	if err != nil {
 		return errors.Join(workErr, err)
@@ -161,6 +171,42 @@ func runOn(ctx context.Context, srv *dbserver.Server, o options, stdout io.Write
 		return fmt.Errorf("%d jobs dead-lettered, want %d", stats.DeadLetters, wantDead)
 	}
 	return nil
+}
+
+// serveJobs runs the queue's workers with Serve, calls enqueue, which
+// enqueues o.jobs jobs and whose commit wakes the workers, and stops them
+// once every job was processed or dead-lettered.
+func serveJobs(ctx context.Context, q *Queue, o options, enqueue func() error) (Stats, error) {
+	handled := make(chan struct{}, o.jobs) // a job processed or dead-lettered: never full
+	q.Done = func(Job) { handled <- struct{}{} }
+	alert := q.Alert
+	q.Alert = func(dl DeadLetter) {
+		alert(dl)
+		handled <- struct{}{}
+	}
+
+	serveCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	type served struct {
+		stats Stats
+		err   error
+	}
+	result := make(chan served, 1)
+	go func() {
+		stats, err := q.Serve(serveCtx, o.workers, o.poll)
+		result <- served{stats, err}
+	}()
+	err := enqueue()
+	for n := 0; err == nil && n < o.jobs; n++ {
+		select {
+		case <-handled:
+		case r := <-result: // a worker could not go on, or ctx ended
+			return r.stats, cmp.Or(r.err, ctx.Err())
+		}
+	}
+	stop()
+	r := <-result
+	return r.stats, cmp.Or(err, r.err)
 }
 
 // payloads returns n payloads, poison of them asking for a serialization

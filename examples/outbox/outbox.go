@@ -76,6 +76,11 @@ type Queue struct {
 	// Alert is called after a job entered the dead-letter table. It must
 	// be quick; a real one would page or post to a channel. Default: none.
 	Alert func(DeadLetter)
+	// Done is called once a job's processing committed, on the worker's
+	// goroutine: once per job, however many attempts its call took, and
+	// never for an attempt rolled back (it is a txretry.AfterCommit hook).
+	// It must be quick. Default: none.
+	Done func(Job)
 	// Fixed makes the processor ignore the simulated failures, as after a
 	// fix was deployed.
 	Fixed bool
@@ -84,9 +89,14 @@ type Queue struct {
 	// ProcessTime is how long processing a job takes. Default 0.
 	ProcessTime time.Duration
 
+	// waiting, if set, is called when a worker of Serve begins to wait
+	// for work: the tests' hook.
+	waiting func()
+
 	mu       sync.Mutex
 	inFlight map[int64]int             // job → worker whose call has it pinned
 	history  map[int64][]AttemptRecord // job → its failed attempts so far
+	wakers   map[chan struct{}]bool    // the wake-up channels of Serve's workers
 }
 
 // tables are the queue's table names.
@@ -108,6 +118,7 @@ func NewQueue(db *sql.DB, ns dbserver.Namespace) *Queue {
 		MaxAttempts: 5,
 		inFlight:    map[int64]int{},
 		history:     map[int64][]AttemptRecord{},
+		wakers:      map[chan struct{}]bool{},
 	}
 }
 
@@ -158,7 +169,11 @@ func NewCorrelationID() string {
 }
 
 // Enqueue adds jobs with ids first, first+1, ... and the given payloads,
-// each with a fresh correlation id, in one transaction.
+// each with a fresh correlation id, in one transaction, and wakes Serve's
+// workers once it committed. Called inside a RunInTx call on the queue's
+// db, with fn's context, Enqueue joins that transaction, as the outbox
+// pattern has it (the jobs commit with the caller's writes, or not at all),
+// and the workers are woken when that transaction commits.
 func (q *Queue) Enqueue(ctx context.Context, first int64, payloads []Payload) error {
 	insert := q.engine.Rebind("INSERT INTO " + q.t.jobs + " (id, correlation_id, payload) VALUES (?, ?, ?)")
 	return txretry.RunInTx(ctx, q.db, func(ctx context.Context, tx *sql.Tx) error {
@@ -171,6 +186,9 @@ func (q *Queue) Enqueue(ctx context.Context, first int64, payloads []Payload) er
 				return err
 			}
 		}
+		// Not before the commit: a worker woken earlier would find no
+		// job and go back to sleep.
+		txretry.AfterCommit(ctx, func(context.Context) { q.wakeWorkers() })
 		return nil
 	}, txretry.WithLabel("enqueue"))
 }
@@ -186,11 +204,72 @@ type Stats struct {
 // they did. An error means a worker could not go on (for example, the
 // database went away); the jobs it had are back in the queue.
 func (q *Queue) Work(ctx context.Context, workers int) (Stats, error) {
+	var mu sync.Mutex
+	var errs []error
+	stats := q.run(ctx, workers, nil, func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		errs = append(errs, err)
+	})
+	return stats, errors.Join(errs...)
+}
+
+// Serve runs workers until ctx ends and returns what they did. A worker that
+// finds the queue empty waits until a commit that enqueued jobs (Enqueue,
+// Reprocess) wakes it, through txretry.AfterCommit, or until poll has
+// passed: the fallback for jobs that other processes enqueue. Each such
+// commit wakes every waiting worker. The error is that of a worker that
+// could not go on, which stops the others; nil when ctx ended.
+func (q *Queue) Serve(ctx context.Context, workers int, poll time.Duration) (Stats, error) {
+	serveCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	stats := q.run(serveCtx, workers, func(ctx context.Context, wake <-chan struct{}) bool {
+		if q.waiting != nil {
+			q.waiting()
+		}
+		timer := time.NewTimer(poll)
+		defer timer.Stop()
+		select {
+		case <-wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return false
+		}
+		return true
+	}, stop)
+	if ctx.Err() != nil {
+		return stats, nil // ended by ctx
+	}
+	return stats, context.Cause(serveCtx) // a worker's error, which stopped the others
+}
+
+// wakeWorkers wakes Serve's workers: those waiting for work now, and the
+// busy ones as soon as they are done (each holds one wake-up).
+func (q *Queue) wakeWorkers() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for wake := range q.wakers {
+		select {
+		case wake <- struct{}{}:
+		default: // a wake-up is pending already
+		}
+	}
+}
+
+// run runs workers until they all return and adds up what they did. wait
+// is what a worker does when the queue is empty (nil: it stops; wait
+// returns false to stop it); fail gets the error of a worker that could
+// not go on.
+func (q *Queue) run(ctx context.Context, workers int, wait func(ctx context.Context, wake <-chan struct{}) bool, fail func(error)) Stats {
 	stats := make([]Stats, workers)
-	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Go(func() { stats[w], errs[w] = q.worker(ctx, w+1) })
+		wg.Go(func() {
+			var err error
+			if stats[w], err = q.worker(ctx, w+1, wait); err != nil {
+				fail(err)
+			}
+		})
 	}
 	wg.Wait()
 	var total Stats
@@ -199,16 +278,32 @@ func (q *Queue) Work(ctx context.Context, workers int) (Stats, error) {
 		total.DeadLetters += s.DeadLetters
 		total.Attempts += s.Attempts
 	}
-	return total, errors.Join(errs...)
+	return total
 }
 
-// worker handles jobs one after the other until none is left.
-func (q *Queue) worker(ctx context.Context, id int) (Stats, error) {
+// worker handles jobs one after the other until none is left, and then, if
+// wait is not nil, waits for more, on a wake-up channel of its own that
+// wakeWorkers sends to, until wait returns false.
+func (q *Queue) worker(ctx context.Context, id int, wait func(ctx context.Context, wake <-chan struct{}) bool) (Stats, error) {
+	wake := make(chan struct{}, 1) // keeps a wake-up that comes while the worker is busy
+	if wait != nil {
+		q.mu.Lock()
+		q.wakers[wake] = true
+		q.mu.Unlock()
+		defer func() {
+			q.mu.Lock()
+			delete(q.wakers, wake)
+			q.mu.Unlock()
+		}()
+	}
 	var s Stats
 	for ctx.Err() == nil {
-		done, err := q.handleNext(ctx, id, &s)
-		if err != nil || done {
+		empty, err := q.handleNext(ctx, id, &s)
+		if err != nil {
 			return s, err
+		}
+		if empty && (wait == nil || !wait(ctx, wake)) {
+			return s, nil
 		}
 	}
 	return s, ctx.Err()
@@ -255,7 +350,13 @@ func (q *Queue) handleNext(ctx context.Context, worker int, s *Stats) (done bool
 			return err
 		}
 		pinned, claimedNow = &job, true
-		return q.process(ctx, tx, worker, job)
+		if err := q.process(ctx, tx, worker, job); err != nil {
+			return err
+		}
+		if q.Done != nil {
+			txretry.AfterCommit(ctx, func(context.Context) { q.Done(job) })
+		}
+		return nil
 	}, txretry.WithLabel("outbox job"), txretry.WithObserver(observer), txretry.WithMaxAttempts(q.MaxAttempts),
 		// READ COMMITTED, also on MySQL and MariaDB (whose default is
 		// REPEATABLE READ): there a locking read keeps the locks of every
@@ -456,8 +557,8 @@ func (q *Queue) DeadLetters(ctx context.Context) (list []DeadLetter, err error) 
 }
 
 // Reprocess moves dead letters back to the queue, with their correlation ids
-// and payloads: all of them, or only those with the given job ids. It
-// returns how many it moved.
+// and payloads: all of them, or only those with the given job ids, and
+// wakes Serve's workers once it committed. It returns how many it moved.
 func (q *Queue) Reprocess(ctx context.Context, ids ...int64) (int, error) {
 	where, args := "", []any{}
 	if len(ids) > 0 {
@@ -477,8 +578,11 @@ func (q *Queue) Reprocess(ctx context.Context, ids ...int64) (int, error) {
 		if moved, err = res.RowsAffected(); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, q.engine.Rebind("DELETE FROM "+q.t.deadLetters+where), args...)
-		return err
+		if _, err := tx.ExecContext(ctx, q.engine.Rebind("DELETE FROM "+q.t.deadLetters+where), args...); err != nil {
+			return err
+		}
+		txretry.AfterCommit(ctx, func(context.Context) { q.wakeWorkers() })
+		return nil
 	}, txretry.WithLabel("reprocess"))
 	return int(moved), err
 }

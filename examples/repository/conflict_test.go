@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,8 +15,9 @@ import (
 
 // TestConflictRetried makes one order conflict for certain, with each
 // driver, and checks that txretry ran it again: another transaction (the
-// "rival") records an order of 1 unit and holds a lock on the product's row
-// while the order reads the stock and then waits to write it.
+// "rival") records two orders of 1 unit and holds a lock on the product's
+// row while the order, which has recorded itself, reads the stock and then
+// waits to write it.
 //
 //   - PostgreSQL: the rival has updated the row; once it commits, the
 //     order's UPDATE fails with 40001 (SERIALIZABLE: the row changed since
@@ -24,10 +26,13 @@ import (
 //     the foreign key check of its insert); the order's SERIALIZABLE read
 //     takes one too, and its UPDATE waits for the rival's. When the rival
 //     updates the row as well, InnoDB finds the deadlock and rolls back the
-//     lighter transaction, the order, which has written nothing yet: 1213.
+//     lighter transaction, the order, which has written one row to the
+//     rival's two: 1213.
 //
 // The order's second attempt reads the stock the rival left and succeeds;
-// nothing is lost.
+// nothing is lost, and the order is published once, by the second attempt
+// (the first attempt's publish, registered before its UPDATE failed, is
+// dropped).
 func TestConflictRetried(t *testing.T) {
 	tests := []struct {
 		engine dbserver.Engine
@@ -54,11 +59,12 @@ func testConflictRetried(t *testing.T, ns dbserver.Namespace, d driver, code str
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	obs := &observer{retries: map[string]int{}}
+	events := &Publisher{}
 	// The rival holds its lock until the test has seen the order wait for
 	// it, which can take longer than pgxretry's default lock timeout
 	// (50 ms): without WithLockTimeout(0) the order could also be retried
 	// on 55P03, by timing.
-	svc, closeService, err := openService(ctx, ns, d, 2,
+	svc, closeService, err := openService(ctx, ns, d, 2, events,
 		txretry.WithIsolation(sql.LevelSerializable), txretry.WithObserver(obs), txretry.WithLockTimeout(0))
 	if err != nil {
 		t.Fatal(err)
@@ -92,23 +98,25 @@ func testConflictRetried(t *testing.T, ns dbserver.Namespace, d driver, code str
 			t.Fatalf("rival: %v", err)
 		}
 	}
-	exec("INSERT INTO orders (customer, sku, quantity) VALUES ('rival', ?, 1)", sku)
+	exec("INSERT INTO orders (customer, sku, quantity) VALUES ('rival', ?, 1), ('rival', ?, 1)", sku, sku)
 	if ns.Engine == dbserver.Postgres {
-		exec("UPDATE products SET stock = stock - 1 WHERE sku = ?", sku)
+		exec("UPDATE products SET stock = stock - 2 WHERE sku = ?", sku)
 	} else {
 		exec("SELECT stock FROM products WHERE sku = ? LOCK IN SHARE MODE", sku)
 	}
 
 	placed := make(chan error, 1)
+	var order Order
 	go func() {
-		_, err := svc.PlaceOrder(ctx, "customer", sku, 2)
+		var err error
+		order, err = svc.PlaceOrder(ctx, "customer", sku, 2)
 		placed <- err
 	}()
 	waitForLockWait(t, db, ns.Engine, rivalID)
 	if ns.Engine == dbserver.MySQL {
 		// The deadlock: InnoDB rolls back the order, and this UPDATE
 		// goes through.
-		exec("UPDATE products SET stock = stock - 1 WHERE sku = ?", sku)
+		exec("UPDATE products SET stock = stock - 2 WHERE sku = ?", sku)
 	}
 	if err := rival.Commit(); err != nil {
 		t.Fatalf("rival: %v", err)
@@ -123,12 +131,15 @@ func testConflictRetried(t *testing.T, ns dbserver.Namespace, d driver, code str
 	if attempts != 2 || len(retries) != 1 || retries[code] != 1 {
 		t.Errorf("%d attempts, retryable errors %v; want 2 attempts, one retry on %s", attempts, retries, code)
 	}
+	if got, want := events.Events(), []OrderPlaced{{Order: order, Attempt: 2}}; !slices.Equal(got, want) {
+		t.Errorf("published %+v, want %+v: the order once, by the attempt that committed", got, want)
+	}
 	stock, ordered, err := svc.Stock(ctx, sku)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stock != 7 || ordered != 3 {
-		t.Errorf("stock %d, %d units ordered; want 7 and 3 (10 - 1 by the rival - 2 by the order)", stock, ordered)
+	if stock != 6 || ordered != 4 {
+		t.Errorf("stock %d, %d units ordered; want 6 and 4 (10 - 2 by the rival - 2 by the order)", stock, ordered)
 	}
 }
 

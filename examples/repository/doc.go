@@ -5,21 +5,34 @@
 //   - PostgreSQL through database/sql (pgx's stdlib driver), package
 //     pgstore, with txretry.RunInTx;
 //   - PostgreSQL through pgx natively, package pgxstore (sql_package
-//     pgx/v5), with pgxretry.RunInTx: its Queries.WithTx takes the pgx.Tx
-//     that pgxretry gives fn;
+//     pgx/v5), with pgxretry.RunInTx, whose pgx.Tx pgxretry.TxOrDB
+//     finds in the context;
 //   - MySQL or MariaDB through database/sql (go-sql-driver/mysql), package
 //     mysqlstore, with txretry.RunInTx; its queries are in MySQL's dialect
 //     (? placeholders, the new order's id from LAST_INSERT_ID instead of
 //     RETURNING).
 //
-// The service method runs its queries through the transaction's Queries:
+// A service composes two repository methods, recordOrder and reserveStock,
+// in one transaction that txretry retries. Each method gets its Queries from
+// the context, so that it runs in the caller's transaction when there is
+// one, and on the pool when there is none:
 //
-//	err := txretry.RunInTx(ctx, s.db, func(ctx context.Context, tx *sql.Tx) error {
-//		q := s.q.WithTx(tx)
-//		p, err := q.GetProduct(ctx, sku)
+//	func (s *PostgresService) queries(ctx context.Context) *pgstore.Queries {
+//		return pgstore.New(txretry.TxOrDB(ctx, s.db)) // pgx: pgxretry.TxOrDB(ctx, s.pool)
+//	}
+//
+//	err := txretry.RunInTx(ctx, s.db, func(ctx context.Context, _ *sql.Tx) error {
+//		order, err = s.recordOrder(ctx, customer, sku, qty)
 //		...
-//		return q.UpdateStock(ctx, pgstore.UpdateStockParams{Sku: sku, Stock: p.Stock - qty})
+//		txretry.AfterCommit(ctx, func(context.Context) { s.events.Publish(placed) })
+//		return s.reserveStock(ctx, sku, qty) // ErrOutOfStock rolls the order back
 //	}, txretry.WithIsolation(sql.LevelSerializable))
+//
+// The OrderPlaced event goes to an in-memory Publisher once the call's
+// COMMIT succeeded: once per placed order, however many attempts the call
+// took, and never for a refused order or an attempt rolled back. The
+// program checks that, and TestPublishedOncePerCommittedOrder proves it
+// under conflicts that have calls retried.
 //
 // The program places concurrent orders for one product, with each driver on
 // each server it finds (flag -db). Each order reads the stock and writes the

@@ -146,9 +146,9 @@ func driversFor(e dbserver.Engine) []driver {
 }
 
 // openService connects to ns with driver d, with room for conns
-// connections, and returns the service over the connection and the function
-// that closes it.
-func openService(ctx context.Context, ns dbserver.Namespace, d driver, conns int, opts ...txretry.Option) (Service, func(), error) {
+// connections, and returns the service over the connection, publishing to
+// events, and the function that closes it.
+func openService(ctx context.Context, ns dbserver.Namespace, d driver, conns int, events *Publisher, opts ...txretry.Option) (Service, func(), error) {
 	if d == pgxNative {
 		cfg, err := pgxpool.ParseConfig(ns.DSN)
 		if err != nil {
@@ -159,7 +159,7 @@ func openService(ctx context.Context, ns dbserver.Namespace, d driver, conns int
 		if err != nil {
 			return nil, nil, err
 		}
-		return NewPgxService(pool, opts...), pool.Close, nil
+		return NewPgxService(pool, events, opts...), pool.Close, nil
 	}
 	db, err := sql.Open(ns.Engine.Driver(), ns.DSN)
 	if err != nil {
@@ -169,9 +169,9 @@ func openService(ctx context.Context, ns dbserver.Namespace, d driver, conns int
 	db.SetMaxIdleConns(conns)
 	closeDB := func() { db.Close() }
 	if d == mysqlSQL {
-		return NewMySQLService(db, opts...), closeDB, nil
+		return NewMySQLService(db, events, opts...), closeDB, nil
 	}
-	return NewPostgresService(db, opts...), closeDB, nil
+	return NewPostgresService(db, events, opts...), closeDB, nil
 }
 
 // report is what a run found.
@@ -183,25 +183,61 @@ type report struct {
 	outOfStock  int
 	failed      map[string]int
 	attempts    int
+	retried     int
 	retries     map[string]int
 	stock       int64
 	finalStock  int64
 	ordered     int64
+	placedIDs   []int64       // the ids of the orders PlaceOrder returned
+	recordedIDs []int64       // the ids in the orders table
+	events      []OrderPlaced // what the service published
 	elapsed     time.Duration
 	sample      string   // a customer
 	sampleLines []string // the customer's orders
 }
 
-// ok reports whether no unit was lost or oversold: the stock left plus the
-// units ordered is the stock at the start, and the stock is not negative.
-func (r report) ok() bool {
+// ok reports whether the run kept the stock's invariant and published
+// every order once.
+func (r report) ok() bool { return r.stockOK() && r.publishedOnce() }
+
+// stockOK reports whether no unit was lost or oversold: the stock left plus
+// the units ordered is the stock at the start, and the stock is not
+// negative.
+func (r report) stockOK() bool {
 	return r.finalStock >= 0 && r.finalStock+r.ordered == r.stock && r.ordered == r.units
 }
 
-// observer counts the attempts and the retryable errors by code.
+// publishedOnce reports whether every placed order is recorded and was
+// published exactly once, and nothing else was published: no event for a
+// refused or failed call, nor for an attempt that was rolled back.
+func (r report) publishedOnce() bool {
+	published := make([]int64, len(r.events))
+	for i, e := range r.events {
+		published[i] = e.Order.ID
+	}
+	slices.Sort(published)
+	placed := slices.Sorted(slices.Values(r.placedIDs))
+	return slices.Equal(published, placed) && slices.Equal(placed, slices.Sorted(slices.Values(r.recordedIDs)))
+}
+
+// publishedAfterRetry returns how many events come from calls that were
+// retried before they committed.
+func (r report) publishedAfterRetry() int {
+	n := 0
+	for _, e := range r.events {
+		if e.Attempt > 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// observer counts the attempts, the calls retried and the retryable errors
+// by code.
 type observer struct {
 	mu       sync.Mutex
 	attempts int
+	retried  int // calls that ran a second attempt
 	retries  map[string]int
 }
 
@@ -212,6 +248,9 @@ func (c *observer) Observe(_ context.Context, e txretry.Event) {
 	switch {
 	case e.Kind == txretry.AttemptStarted:
 		c.attempts++
+		if e.Attempt == 2 {
+			c.retried++
+		}
 	case e.Kind == txretry.AttemptFailed && e.Class == txretry.Retryable:
 		c.retries[e.Code]++
 	}
@@ -224,7 +263,8 @@ const sku = "sku-1"
 func demo(ctx context.Context, ns dbserver.Namespace, d driver, o options) (report, error) {
 	rep := report{driver: d, stock: o.stock, failed: map[string]int{}}
 	obs := &observer{retries: map[string]int{}}
-	svc, closeService, err := openService(ctx, ns, d, o.customers,
+	events := &Publisher{}
+	svc, closeService, err := openService(ctx, ns, d, o.customers, events,
 		txretry.WithIsolation(isolations[o.isolation]), txretry.WithObserver(obs))
 	if err != nil {
 		return rep, err
@@ -237,6 +277,7 @@ func demo(ctx context.Context, ns dbserver.Namespace, d driver, o options) (repo
 	type result struct {
 		placed, outOfStock int
 		units              int64
+		ids                []int64
 		failed             map[string]int
 	}
 	results := make([]result, o.customers)
@@ -248,11 +289,12 @@ func demo(ctx context.Context, ns dbserver.Namespace, d driver, o options) (repo
 			r := result{failed: map[string]int{}}
 			for range o.orders {
 				qty := 1 + rnd.Int64N(3)
-				_, err := svc.PlaceOrder(ctx, customerName(c), sku, qty)
+				order, err := svc.PlaceOrder(ctx, customerName(c), sku, qty)
 				switch {
 				case err == nil:
 					r.placed++
 					r.units += qty
+					r.ids = append(r.ids, order.ID)
 				case errors.Is(err, ErrOutOfStock):
 					r.outOfStock++
 				default:
@@ -268,23 +310,30 @@ func demo(ctx context.Context, ns dbserver.Namespace, d driver, o options) (repo
 		rep.placed += r.placed
 		rep.outOfStock += r.outOfStock
 		rep.units += r.units
+		rep.placedIDs = append(rep.placedIDs, r.ids...)
 		for k, n := range r.failed {
 			rep.failed[k] += n
 		}
 	}
-	rep.attempts, rep.retries = obs.attempts, obs.retries
+	rep.attempts, rep.retried, rep.retries = obs.attempts, obs.retried, obs.retries
+	rep.events = events.Events() // every call has returned, and with it its hooks
 
 	if rep.finalStock, rep.ordered, err = svc.Stock(ctx, sku); err != nil {
 		return rep, err
 	}
-	orders, err := svc.Orders(ctx, customerName(0))
-	if err != nil {
-		return rep, err
+	for c := range o.customers {
+		orders, err := svc.Orders(ctx, customerName(c))
+		if err != nil {
+			return rep, err
+		}
+		for _, ord := range orders {
+			rep.recordedIDs = append(rep.recordedIDs, ord.ID)
+			if c == 0 {
+				rep.sampleLines = append(rep.sampleLines, fmt.Sprintf("#%d %d×%s", ord.ID, ord.Quantity, ord.Sku))
+			}
+		}
 	}
 	rep.ran, rep.sample = true, customerName(0)
-	for _, ord := range orders {
-		rep.sampleLines = append(rep.sampleLines, fmt.Sprintf("#%d %d×%s", ord.ID, ord.Quantity, ord.Sku))
-	}
 	return rep, nil
 }
 
@@ -324,10 +373,17 @@ func printReport(w io.Writer, r report) {
 	if len(codes) == 0 {
 		codes = []string{"none"}
 	}
-	fmt.Fprintf(w, "    attempts    %d; retryable errors: %s\n", r.attempts, strings.Join(codes, ", "))
+	fmt.Fprintf(w, "    attempts    %d (%d calls retried); retryable errors: %s\n", r.attempts, r.retried, strings.Join(codes, ", "))
 	fmt.Fprintf(w, "    elapsed     %v\n", r.elapsed.Round(time.Millisecond))
 	fmt.Fprintf(w, "    orders of %s: %s\n", r.sample, strings.Join(r.sampleLines, ", "))
-	if r.ok() {
+	if r.publishedOnce() {
+		fmt.Fprintf(w, "    events      %d published after commit, one per placed order (%d after a retry)\n",
+			len(r.events), r.publishedAfterRetry())
+	} else {
+		fmt.Fprintf(w, "    events      FAILED: %d published for %d orders placed and %d recorded; want one per order\n",
+			len(r.events), len(r.placedIDs), len(r.recordedIDs))
+	}
+	if r.stockOK() {
 		fmt.Fprintf(w, "    invariant   ok: stock %d → %d, %d units ordered, none lost or oversold\n", r.stock, r.finalStock, r.ordered)
 		return
 	}

@@ -120,7 +120,7 @@ func TestGeneratedCodeIsCurrent(t *testing.T) {
 	}
 }
 
-// TestReportOK checks that the invariant check is not vacuous.
+// TestReportOK checks that the invariant and publish checks are not vacuous.
 func TestReportOK(t *testing.T) {
 	tests := []struct {
 		name string
@@ -131,6 +131,14 @@ func TestReportOK(t *testing.T) {
 		{"lost update", report{stock: 10, finalStock: 7, ordered: 6, units: 6}, false},
 		{"oversold", report{stock: 10, finalStock: -2, ordered: 12, units: 12}, false},
 		{"an order placed but not recorded", report{stock: 10, finalStock: 4, ordered: 6, units: 8}, false},
+		{"every order published once", report{stock: 10, finalStock: 4, ordered: 6, units: 6,
+			placedIDs: []int64{1, 2}, recordedIDs: []int64{2, 1}, events: []OrderPlaced{{Order: Order{ID: 2}}, {Order: Order{ID: 1}}}}, true},
+		{"an order published twice", report{stock: 10, finalStock: 4, ordered: 6, units: 6,
+			placedIDs: []int64{1}, recordedIDs: []int64{1}, events: []OrderPlaced{{Order: Order{ID: 1}}, {Order: Order{ID: 1}}}}, false},
+		{"an event for an attempt rolled back", report{stock: 10, finalStock: 4, ordered: 6, units: 6,
+			placedIDs: []int64{2}, recordedIDs: []int64{2}, events: []OrderPlaced{{Order: Order{ID: 1}}, {Order: Order{ID: 2}}}}, false},
+		{"an order not published", report{stock: 10, finalStock: 4, ordered: 6, units: 6,
+			placedIDs: []int64{1}, recordedIDs: []int64{1}}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/txretry/txretry/examples/repository/store/mysqlstore"
 	"github.com/txretry/txretry/examples/repository/store/pgstore"
@@ -38,6 +39,36 @@ type Order struct {
 	Quantity int64
 }
 
+// OrderPlaced is the event a service publishes once an order's transaction
+// committed.
+type OrderPlaced struct {
+	Order Order
+	// Attempt is the attempt that committed (txretry.Attempt): above 1
+	// when the call was retried, and published once all the same.
+	Attempt int
+}
+
+// Publisher is an in-memory event sink that stands in for a message
+// broker's client: it keeps the events the services publish.
+type Publisher struct {
+	mu     sync.Mutex
+	events []OrderPlaced
+}
+
+// Publish sends e.
+func (p *Publisher) Publish(e OrderPlaced) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.events = append(p.events, e)
+}
+
+// Events returns the events published so far, in the order they were.
+func (p *Publisher) Events() []OrderPlaced {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.events)
+}
+
 // Service places orders. There is one implementation per package that sqlc
 // generates: PostgresService (pgstore, database/sql), PgxService (pgxstore,
 // pgx native) and MySQLService (mysqlstore, database/sql). Their PlaceOrder
@@ -46,10 +77,12 @@ type Service interface {
 	// Setup drops and creates the tables and adds a product with stock
 	// units.
 	Setup(ctx context.Context, sku string, stock int64) error
-	// PlaceOrder orders quantity units of sku for customer: it reads the
+	// PlaceOrder orders quantity units of sku for customer: two
+	// repository methods, recordOrder and reserveStock (it reads the
 	// stock, refuses the order if the stock is short, else writes the new
-	// stock and records the order, all in one transaction that txretry runs
-	// again when the database aborts it.
+	// stock), in one transaction that txretry runs again when the database
+	// aborts it. Once that transaction committed, it publishes an
+	// OrderPlaced event, once, however many attempts the call took.
 	PlaceOrder(ctx context.Context, customer, sku string, quantity int64) (Order, error)
 	// Stock returns the stock of sku and the units ordered of it, outside
 	// any transaction.
