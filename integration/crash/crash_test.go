@@ -77,11 +77,11 @@ type answer struct {
 
 // tally is what the campaign counts.
 type tally struct {
-	kills, commitKills, rounds                int
-	requests, submissions, resubmissions      int // resubmissions: answered ones
-	resubmittedAfterApplied, alreadyAnswers   int
-	appliedUnanswered, errAnswer int
-	anomalies                                 []string
+	kills, commitKills, rounds              int
+	requests, submissions, resubmissions    int // resubmissions: answered ones
+	resubmittedAfterApplied, alreadyAnswers int
+	appliedUnanswered, errAnswer            int
+	anomalies                               []string
 }
 
 func (c *tally) anomaly(format string, args ...any) {

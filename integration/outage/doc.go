@@ -39,6 +39,13 @@
 //     target_session_attrs=read-write. It runs with the commit marker and
 //     with WithXactStatusVerification, which must not trust
 //     pg_xact_status on the new timeline.
+//   - TestFailoverDuringCommit loses one COMMIT across that failover for
+//     certain: the fault proxy holds the reply of a COMMIT the primary made
+//     (and the standby has), the primary is killed and the standby
+//     promoted, and only then does the call's commit timeout end. The
+//     commit marker finds the commit on the standby (nil, applied once);
+//     WithXactStatusVerification sees the new timeline and returns
+//     ErrCommitUncertain, never a pg_xact_status answer of the standby.
 //
 // With the option no call fails. Without it, calls fail at once with
 // connection errors, each after one attempt with such an error (never
