@@ -116,8 +116,9 @@
 // # Seen from a real server, or documentation only
 //
 // The integration tests (integration/engines) run against real MySQL,
-// MariaDB, MariaDB Galera and TiDB servers. From TiDB (built from its
-// source of 26 November 2025, unistore store) they saw:
+// MariaDB, MariaDB Galera and TiDB servers. From TiDB (built from the
+// source at integration/cluster/tidb.sh's TIDB_VERSION, unistore store)
+// they saw:
 //
 //	1213  pessimistic mode, a lock cycle: "Deadlock found when trying to get lock; try restarting transaction"
 //	9007  optimistic mode, at COMMIT: "Write conflict, txnStartTS=…, conflictStartTS=…, …, reason=Optimistic [try again later]"
