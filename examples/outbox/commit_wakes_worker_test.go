@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/txretry/txretry/integration/dbserver"
-	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/txretry"
 )
 
@@ -20,17 +19,7 @@ import (
 func TestCommitWakesWorker(t *testing.T) {
 	for _, e := range []dbserver.Engine{dbserver.Postgres, dbserver.MySQL} {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbservertest.Server(t, e)
-			ns := dbservertest.Namespace(t, srv, "txretry_test_outbox_wake")
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			db, err := sql.Open(e.Driver(), ns.DSN)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-
-			q := NewQueue(db, ns)
+			ctx, db, q := testQueue(t, e, "txretry_test_outbox_wake")
 			if err := q.Setup(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -77,7 +66,7 @@ func TestCommitWakesWorker(t *testing.T) {
 			awaitJob(1)
 
 			await("the worker did not wait for work again", waiting)
-			err = txretry.RunInTx(ctx, db, func(ctx context.Context, tx *sql.Tx) error {
+			err := txretry.RunInTx(ctx, db, func(ctx context.Context, tx *sql.Tx) error {
 				return q.Enqueue(ctx, 2, []Payload{{Order: 2}}) // joins this transaction
 			})
 			if err != nil {

@@ -23,17 +23,7 @@ func TestMain(m *testing.M) { dbservertest.Main(m) }
 func TestOutbox(t *testing.T) {
 	for _, e := range []dbserver.Engine{dbserver.Postgres, dbserver.MySQL} {
 		t.Run(e.String(), func(t *testing.T) {
-			srv := dbservertest.Server(t, e)
-			ns := dbservertest.Namespace(t, srv, "txretry_test_outbox")
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			db, err := sql.Open(e.Driver(), ns.DSN)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-
-			q := NewQueue(db, ns)
+			ctx, _, q := testQueue(t, e, "txretry_test_outbox")
 			q.MaxAttempts = 3
 			var mu sync.Mutex
 			var alerts []DeadLetter
@@ -183,4 +173,20 @@ func TestFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testQueue returns a Queue on a namespace of e's test server, its pool,
+// and a context of a minute for the test; the pool is closed when t ends.
+func testQueue(t *testing.T, e dbserver.Engine, namespace string) (context.Context, *sql.DB, *Queue) {
+	t.Helper()
+	srv := dbservertest.Server(t, e)
+	ns := dbservertest.Namespace(t, srv, namespace)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	db, err := sql.Open(e.Driver(), ns.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return ctx, db, NewQueue(db, ns)
 }

@@ -38,19 +38,11 @@ func TestFailoverDuringCommit(t *testing.T) {
 		{"xact-status", txretry.WithXactStatusVerification(), true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			primary := private(t, dbserver.Postgres)
-			createSchema(t, openDB(t, dbserver.Postgres, pgDSN(primary)), dbserver.Postgres)
+			primary, standby := primaryWithStandby(t)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			standby, err := primary.StartStandby(ctx)
-			if err != nil {
-				unavailable(t, err)
-			}
-			closeAtEnd(t, standby)
 			proxy := faultproxy.StartPartition(t, "127.0.0.1:"+strconv.Itoa(primary.Port()), faultproxy.Postgres)
-			multi := "postgres://postgres@" + proxy.Addr() + ",127.0.0.1:" + strconv.Itoa(standby.Port()) +
-				"/test?sslmode=disable&connect_timeout=2&target_session_attrs=read-write"
-			p := pgxPool(t, multi)
+			p := pgxPool(t, multiHost(proxy.Addr(), standby))
 			if proxy.Stats().Commits != 0 {
 				t.Fatal("the setup committed through the proxy")
 			}
@@ -86,7 +78,7 @@ func TestFailoverDuringCommit(t *testing.T) {
 				t.Fatalf("promote standby: %v", err)
 			}
 			promoted := time.Since(t0)
-			err = <-done
+			err := <-done
 			t.Logf("%s: promoted %v after the call began, which returned %v later: %v", tt.name,
 				promoted.Round(time.Millisecond), (time.Since(t0) - promoted).Round(time.Millisecond), err)
 

@@ -40,17 +40,8 @@ func TestFailover(t *testing.T) {
 		{"xact-status", txretry.WithXactStatusVerification()},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			primary := private(t, dbserver.Postgres)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			createSchema(t, openDB(t, dbserver.Postgres, pgDSN(primary)), dbserver.Postgres)
-			standby, err := primary.StartStandby(ctx)
-			if err != nil {
-				unavailable(t, err)
-			}
-			closeAtEnd(t, standby)
-			multi := "postgres://postgres@127.0.0.1:" + strconv.Itoa(primary.Port()) + ",127.0.0.1:" + strconv.Itoa(standby.Port()) +
-				"/test?sslmode=disable&connect_timeout=2&target_session_attrs=read-write"
+			primary, standby := primaryWithStandby(t)
+			multi := multiHost("127.0.0.1:"+strconv.Itoa(primary.Port()), standby)
 			failover := func() window {
 				w := window{down: time.Now()}
 				if err := primary.Kill(); err != nil {
@@ -91,4 +82,27 @@ func TestFailover(t *testing.T) {
 			}
 		})
 	}
+}
+
+// primaryWithStandby starts a private PostgreSQL with the load's schema and
+// a synchronous standby of it, both closed when t ends.
+func primaryWithStandby(t *testing.T) (primary, standby *dbserver.Private) {
+	t.Helper()
+	primary = private(t, dbserver.Postgres)
+	createSchema(t, openDB(t, dbserver.Postgres, pgDSN(primary)), dbserver.Postgres)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	standby, err := primary.StartStandby(ctx)
+	if err != nil {
+		unavailable(t, err)
+	}
+	closeAtEnd(t, standby)
+	return primary, standby
+}
+
+// multiHost is the DSN naming primary (host:port) and then standby, for
+// the read-write one of them, as clients find a promoted standby.
+func multiHost(primary string, standby *dbserver.Private) string {
+	return "postgres://postgres@" + primary + ",127.0.0.1:" + strconv.Itoa(standby.Port()) +
+		"/test?sslmode=disable&connect_timeout=2&target_session_attrs=read-write"
 }
