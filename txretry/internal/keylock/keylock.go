@@ -223,21 +223,12 @@ type Tx interface {
 	Rollback(ctx context.Context, timeout time.Duration) error
 }
 
-// Begin takes l's locks in one statement (lockQuery) whose waits end with
+// Lock takes l's locks in one statement (lockQuery) whose waits end with
 // ctx (the driver cancels it; GET_LOCK also gets ctx's deadline as its
-// timeout), then begins the transaction on their connection with begin.
-// On PostgreSQL without the connection's startup process id (with it, the
-// lock statement proved the session the connection's own), it compares the
-// session running the transaction, which session reads in it with the
-// query given, with the locks': PgBouncer's transaction mode shows there.
-// On any failure Begin gives back what it took: the transaction is rolled
-// back, the locks abandoned. The caller releases the locks (Release) once
-// the transaction has ended.
-func Begin[T Tx](ctx context.Context, l *Locks, begin func(context.Context) (T, error),
-	session func(ctx context.Context, tx T, query string) (int64, error)) (T, error) {
+// timeout). On failure it gives back what it took (Abandon).
+func (l *Locks) Lock(ctx context.Context) error {
 	deadline, _ := ctx.Deadline()
 	got, s, err := l.Conn.Row(ctx, lockQuery(l.Dialect, l.IDs, deadline, time.Now(), l.PID))
-	var tx T
 	switch {
 	case err != nil:
 		if ctx.Err() != nil {
@@ -247,21 +238,41 @@ func Begin[T Tx](ctx context.Context, l *Locks, begin func(context.Context) (T, 
 		err = notSession(l.Base, int64(l.PID), s)
 	case got != 1: // GET_LOCK's timeout, which is ctx's deadline
 		err = fmt.Errorf("txretry: waiting for a database key lock: %w", context.DeadlineExceeded)
-	default:
-		l.session = s
-		tx, err = begin(ctx)
-		if err == nil && l.Dialect == Postgres && l.PID == 0 {
-			if s, err = session(ctx, tx, "SELECT pg_backend_pid()"); err == nil && s != l.session {
-				err = notSession(l.Base, l.session, s)
-			}
-			if err != nil {
-				_ = tx.Rollback(ctx, abortTimeout)
-			}
+	}
+	if err != nil {
+		l.Abandon(ctx)
+		return err
+	}
+	l.session = s
+	return nil
+}
+
+// Begin takes l's locks (Lock), then begins the transaction on their
+// connection with begin. On PostgreSQL without the connection's startup
+// process id (with it, the lock statement proved the session the
+// connection's own), it compares the session running the transaction,
+// which session reads in it with the query given, with the locks':
+// PgBouncer's transaction mode shows there. On any failure Begin gives
+// back what it took: the transaction is rolled back, the locks abandoned.
+// The caller releases the locks (Release) once the transaction has ended.
+func Begin[T Tx](ctx context.Context, l *Locks, begin func(context.Context) (T, error),
+	session func(ctx context.Context, tx T, query string) (int64, error)) (T, error) {
+	var none T
+	if err := l.Lock(ctx); err != nil {
+		return none, err
+	}
+	tx, err := begin(ctx)
+	if err == nil && l.Dialect == Postgres && l.PID == 0 {
+		var s int64
+		if s, err = session(ctx, tx, "SELECT pg_backend_pid()"); err == nil && s != l.session {
+			err = notSession(l.Base, l.session, s)
+		}
+		if err != nil {
+			_ = tx.Rollback(ctx, abortTimeout)
 		}
 	}
 	if err != nil {
 		l.Abandon(ctx)
-		var none T
 		return none, err
 	}
 	return tx, nil
