@@ -50,8 +50,8 @@ type Tx interface {
 //
 // Run finds what else an Adapter does by type assertion, each interface
 // with a default when absent: AdapterHandle, AdapterContentionManager,
-// AdapterSingleConn, AdapterCheckTxOptions, AdapterKeyLocks and
-// AdapterFunc; T may be a TxQueryString.
+// AdapterSingleConn, AdapterCheckTxOptions, AdapterKeyLocks, AdapterLease
+// and AdapterFunc; T may be a TxQueryString.
 type Adapter[T Tx] interface {
 	// Begin starts one attempt's transaction. ctx is the caller's: BEGIN
 	// must end with it, the transaction must not (Run commits after ctx
@@ -119,6 +119,21 @@ type AdapterKeyLocks[T Tx] interface {
 	BeginLocked(ctx context.Context, opts TxOptions, keys []string) (T, error)
 }
 
+// AdapterLease is an Adapter that can hold a database lock for its
+// contention manager: the processes whose attempts of one domain conflict
+// with each other take turns on the domain through it (see
+// ContentionManager). Without it they are only paced.
+type AdapterLease interface {
+	// Lease takes the exclusive database lock named by key, on a
+	// connection that it keeps from the handle's pool until release is
+	// called, waiting no longer than ctx. It returns an error at once
+	// when it cannot (an unknown driver, a handle of one connection, a
+	// pool with no connection to spare, a pooler that moves sessions).
+	// release gives the lock and the connection back; it does not block
+	// longer than a statement.
+	Lease(ctx context.Context, key string) (release func(), err error)
+}
+
 // AdapterFunc is an Adapter that returns the caller's function (the fn
 // given to RunInTx, pgxretry.RunInTx or the adapter's own Run), itself and
 // not a wrapper: the function's code pointer keys the call's conflict
@@ -178,6 +193,8 @@ type adapter interface {
 	checkKeyLocks() error
 	// fn is the caller's function (AdapterFunc), nil when unknown.
 	fn() any
+	// leaser is the adapter's Lease (AdapterLease), nil when it has none.
+	leaser() func(ctx context.Context, key string) (func(), error)
 }
 
 type typed[T Tx] struct{ a Adapter[T] }
@@ -250,6 +267,13 @@ func (t typed[T]) checkKeyLocks() error {
 		return fmt.Errorf("%w: WithDatabaseKeyLocks: the adapter (%T) cannot take database locks (it is not an AdapterKeyLocks)", ErrInvalidOption, t.a)
 	}
 	return l.CheckKeyLocks()
+}
+
+func (t typed[T]) leaser() func(ctx context.Context, key string) (func(), error) {
+	if l, ok := t.a.(AdapterLease); ok && !t.singleConn() {
+		return l.Lease
+	}
+	return nil
 }
 
 func (t typed[T]) fn() any {

@@ -40,6 +40,28 @@ import (
 // take turns on the contended rows instead of each keeping an attempt on
 // them.
 //
+// Where the adapter can hold a database lock (an AdapterLease: RunInTx on
+// a *sql.DB with pgx's stdlib driver or go-sql-driver/mysql,
+// pgxretry.RunInTx on a *pgxpool.Pool), such a conflict also makes the
+// domain lease, until its gate opens: the process's admitted attempts of
+// the domain run only under its lease, a database lock that the first of
+// them takes on a connection of the pool's own. After 10 ms no new attempt
+// starts under it, and the last one out gives it back (at once when none
+// of the process's attempts of the domain is in or waiting); the next
+// queues for it again. The processes thus take turns in the database's
+// lock queue, a few attempts at a time. The lock is PostgreSQL's
+// pg_advisory_lock, or MySQL's GET_LOCK, named as WithDatabaseKeyLocks
+// names the key made of a NUL byte, "domain", a NUL, the label, a NUL and
+// the source location (empty with a label): replicas share a domain's
+// lease when they run one build or use one label. It costs a connection
+// while held, and nothing to domains without conflicts across processes.
+// A lease not had within 250 ms (its holder stopped, say), a pool with no
+// connection to spare for it beside the attempt's, a handle of one
+// connection, or a pooler that moves sessions (PgBouncer, noticed through
+// the server process the connection announced; lib/pq does not tell it,
+// so it never leases) leaves the domain without a lease for 1 s, paced
+// only. The lease's timing is real time, whatever WithClock says.
+//
 // A caller waits for admission before BEGIN and leaves after COMMIT or
 // ROLLBACK: it never waits while holding a transaction. A nested call
 // inside an attempt that this manager admitted does not queue again.

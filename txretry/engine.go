@@ -111,14 +111,15 @@ func enter(ctx context.Context, a adapter, opts []Option) error {
 
 // admissionOf is a call's standing with its manager cm (nil: none): its
 // keys, or the gate of its domain, named by its label or fn.
-func admissionOf(cm *ContentionManager, cfg *config, fn any, start time.Time) admission {
+func admissionOf(cm *ContentionManager, cfg *config, a adapter, start time.Time) admission {
 	switch {
 	case cm == nil:
 		return nil
 	case len(cfg.keys) > 0:
 		return &cmKeys{m: cm, keys: cfg.keys}
 	}
-	return &cmTurn{d: cm.domain(domainKey(cfg.label, fn)), max: cm.maxWidth(), since: start, rand: cfg.rand}
+	k := domainKey(cfg.label, a.fn())
+	return &cmTurn{d: cm.domain(k), key: k, lease: a.leaser(), max: cm.maxWidth(), since: start, rand: cfg.rand}
 }
 
 // managerOf returns the contention manager of a call: the one chosen by an
@@ -188,7 +189,7 @@ type result struct {
 func (c *call) loop(ctx context.Context) error {
 	cfg := c.cfg
 	c.start = cfg.clock.Now()
-	c.adm = admissionOf(c.cm, cfg, c.a.fn(), c.start)
+	c.adm = admissionOf(c.cm, cfg, c.a, c.start)
 	c.deadline, c.reason = c.deadlineOf(ctx)
 	attempt, outcome := 0, Panicked
 	if len(cfg.observers) > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 
 	"github.com/txretry/txretry/txretry/internal/keylock"
 )
@@ -123,3 +124,37 @@ func (c sqlLockConn) Discard() {
 }
 
 func (c sqlLockConn) Done() { _ = c.conn.Close() }
+
+// errNoLease: the handle cannot lease now; the domain goes without.
+var errNoLease = errors.New("txretry: no lease on this handle")
+
+// Lease holds the exclusive database lock of key on a connection of the
+// *sql.DB's own, for the contention manager (see AdapterLease): with pgx's
+// stdlib driver on PostgreSQL (whose connections tell their server
+// process, so that a pooler is noticed) and with go-sql-driver/mysql.
+func (a sqlAdapter) Lease(ctx context.Context, key string) (func(), error) {
+	db, ok := a.db.(*sql.DB)
+	if !ok {
+		return nil, errNoLease
+	}
+	d, err := sqlDialect(db, "lease")
+	if s := db.Stats(); err != nil || s.MaxOpenConnections > 0 && s.InUse+2 > s.MaxOpenConnections {
+		return nil, errNoLease // the lease and the attempt need a connection each
+	}
+	c := sqlLockConn{owned: true}
+	if c.conn, err = db.Conn(ctx); err != nil {
+		return nil, err
+	}
+	l := &keylock.Locks{Conn: c, Dialect: d, IDs: keylock.IDs([]string{key}), Base: ErrInvalidOption}
+	if d == keylock.Postgres {
+		_ = c.conn.Raw(func(dc any) error { l.PID = keylock.BackendPID(dc); return nil })
+		if l.PID == 0 { // lib/pq: a pooler would go unnoticed
+			c.Done()
+			return nil, errNoLease
+		}
+	}
+	if err := l.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return func() { _ = l.Release(context.Background(), DefaultCommitTimeout) }, nil
+}

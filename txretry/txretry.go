@@ -59,6 +59,7 @@ var (
 	_ AdapterCheckTxOptions            = sqlAdapter{}
 	_ AdapterKeyLocks[*SQLTx[*sql.Tx]] = sqlAdapter{}
 	_ AdapterFunc                      = sqlAdapter{}
+	_ AdapterLease                     = sqlAdapter{}
 	_ TxQueryString                    = (*SQLTx[*sql.Tx])(nil)
 )
 

@@ -173,6 +173,17 @@ func (w *lockWatch) hold(t *testing.T, ctx context.Context, key string) (release
 	}
 }
 
+// replicaPaths opens n paths of kind k on one fresh database, standing for
+// n replicas, and returns the database's DSN.
+func replicaPaths(t *testing.T, k keyLockKind, n int) (string, []*driverPath) {
+	dsn := k.fresh(t)
+	paths := make([]*driverPath, n)
+	for i := range paths {
+		paths[i] = k.on(t, dsn)
+	}
+	return dsn, paths
+}
+
 // forEachKeyLockKind runs body for each kind, then checks for leaked
 // goroutines.
 func forEachKeyLockKind(t *testing.T, body func(t *testing.T, k keyLockKind)) {
@@ -210,11 +221,7 @@ func (f *failures) option() txretry.Option {
 func TestKeyLocksReplicasTakeTurns(t *testing.T) {
 	const replicas, workers, calls, accounts = 4, 4, 15, 4
 	forEachKeyLockKind(t, func(t *testing.T, k keyLockKind) {
-		dsn := k.fresh(t)
-		paths := make([]*driverPath, replicas)
-		for i := range paths {
-			paths[i] = k.on(t, dsn)
-		}
+		dsn, paths := replicaPaths(t, k, replicas)
 		ctx := testContext(t)
 		paths[0].setup(t, ctx,
 			"CREATE TABLE kl_hot (id INT PRIMARY KEY, n BIGINT NOT NULL)",

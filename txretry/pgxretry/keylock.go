@@ -2,6 +2,7 @@ package pgxretry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -55,6 +56,30 @@ func (a adapter) BeginLocked(ctx context.Context, o txretry.TxOptions, keys []st
 	}
 	at.locks = l
 	return at, nil
+}
+
+// errNoLease: the handle cannot lease now; the domain goes without.
+var errNoLease = errors.New("txretry: no lease on this handle")
+
+// Lease holds the exclusive advisory lock of key on a connection of the
+// pool's own, for the contention manager (see txretry.AdapterLease).
+func (a adapter) Lease(ctx context.Context, key string) (func(), error) {
+	p, ok := a.db.(*pgxpool.Pool)
+	if !ok || p.Stat().AcquiredConns()+2 > p.Stat().MaxConns() {
+		return nil, errNoLease // the lease and the attempt need a connection each
+	}
+	var c lockConn
+	var err error
+	if c.pc, err = p.Acquire(ctx); err != nil {
+		return nil, err
+	}
+	c.conn = c.pc.Conn()
+	l := &keylock.Locks{Conn: c, Dialect: keylock.Postgres, IDs: keylock.IDs([]string{key}), Base: txretry.ErrInvalidOption,
+		PID: c.conn.PgConn().PID()}
+	if err := l.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return func() { _ = l.Release(context.Background(), txretry.DefaultCommitTimeout) }, nil
 }
 
 // lockConn is the connection of an attempt's locks.

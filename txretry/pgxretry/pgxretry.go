@@ -65,6 +65,7 @@ var (
 	_ txretry.AdapterCheckTxOptions     = adapter{}
 	_ txretry.AdapterKeyLocks[*attempt] = adapter{}
 	_ txretry.AdapterFunc               = adapter{}
+	_ txretry.AdapterLease              = adapter{}
 	_ txretry.TxQueryString             = (*attempt)(nil)
 )
 

@@ -1,0 +1,88 @@
+package scenarios
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/txretry/txretry/txretry"
+)
+
+// Replicas whose calls of one kind conflict with each other take turns on
+// it through a database lease, with the default options: the lease is
+// held while they run, every call commits exactly once, and once they are
+// done no lease stays held and no connection stays in use.
+func TestHotDomainLeasedAcrossReplicas(t *testing.T) {
+	const replicas, workers, calls = 4, 4, 40
+	// The lease's lock name: the documented mapping of the domain of the
+	// label "lease-hot".
+	const leaseKey = "\x00domain\x00lease-hot\x00"
+	forEachKeyLockKind(t, func(t *testing.T, k keyLockKind) {
+		dsn, paths := replicaPaths(t, k, replicas)
+		ctx := testContext(t)
+		paths[0].setup(t, ctx,
+			"CREATE TABLE lease_hot (id INT PRIMARY KEY, n BIGINT NOT NULL)",
+			"INSERT INTO lease_hot VALUES (1, 0)")
+		w := newLockWatch(t, k, dsn)
+		hot := func(ctx context.Context, q querier) error {
+			var n int64
+			if err := q.queryRow(ctx, "SELECT n FROM lease_hot WHERE id = 1").Scan(&n); err != nil {
+				return err
+			}
+			return q.exec(ctx, "UPDATE lease_hot SET n = $1 WHERE id = 1", n+1)
+		}
+		var fails failures
+		var failed atomic.Int64
+		var wg sync.WaitGroup
+		for _, p := range paths {
+			for range workers {
+				wg.Go(func() {
+					for range calls {
+						cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+						err := p.run(cctx, hot, txretry.WithIsolation(sql.LevelSerializable), txretry.WithLabel("lease-hot"), fails.option())
+						cancel()
+						if err != nil {
+							failed.Add(1)
+							t.Errorf("call failed: %v", err)
+						}
+					}
+				})
+			}
+		}
+		seen := make(chan bool, 1)
+		stop := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-stop:
+					seen <- false
+					return
+				default:
+				}
+				if n, err := w.held(ctx, leaseKey); err == nil && n == 1 {
+					seen <- true
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+		wg.Wait()
+		close(stop)
+		if !<-seen {
+			t.Error("no replica ever held the domain's lease")
+		}
+		if n := paths[0].count(t, ctx, "SELECT n FROM lease_hot WHERE id = 1"); n != replicas*workers*calls-int(failed.Load()) {
+			t.Errorf("hot row counted %d increments, want %d", n, replicas*workers*calls-int(failed.Load()))
+		}
+		w.requireHeld(t, ctx, 0, leaseKey)
+		for i, p := range paths {
+			if n := p.inUse(); n != 0 {
+				t.Errorf("replica %d: %d connections still in use", i, n)
+			}
+		}
+		t.Logf("%d replicas x %d workers x %d calls, %d retryable failures %v", replicas, workers, calls, fails.n.Load(), fails.codes)
+	})
+}

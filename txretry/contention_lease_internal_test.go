@@ -1,0 +1,208 @@
+package txretry
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeLeaser is an AdapterLease's Lease that counts what it was asked.
+// Its fields are read only while no attempt runs.
+type fakeLeaser struct {
+	mu              sync.Mutex
+	taken, released int
+	keys            []string
+	err             error // returned instead of a lease
+}
+
+func (f *fakeLeaser) lease(_ context.Context, key string) (func(), error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	f.taken++
+	f.keys = append(f.keys, key)
+	return func() { f.mu.Lock(); f.released++; f.mu.Unlock() }, nil
+}
+
+func (f *fakeLeaser) counts() (taken, released int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.taken, f.released
+}
+
+func leasedTurn(m *ContentionManager, f *fakeLeaser) *cmTurn {
+	t := newTurn(m, "hot")
+	t.key, t.lease = domainKey("hot", nil), f.lease
+	return t
+}
+
+// A domain leases only after a conflict that came from another process
+// (an attempt that ran alone in its gate), holds one lease for all its
+// attempts while they follow each other, gives it back once none is in or
+// waiting, and stops leasing when its gate opens.
+func TestDomainLeasesOnlyAfterForeignConflicts(t *testing.T) {
+	m, _ := NewContentionManager(2)
+	f := &fakeLeaser{}
+	a := leasedTurn(m, f)
+	a.closeDomain(t)
+	d := a.d
+	if d.lease.wanted {
+		t.Fatal("conflicts of attempts that went straight in made the domain want a lease")
+	}
+	a.attempt(t, true) // alone in the closed gate
+	if !d.lease.wanted {
+		t.Fatal("a lone attempt's conflict in a closed gate did not make the domain want a lease")
+	}
+	f.taken, f.released = 0, 0
+	b, c := leasedTurn(m, f), leasedTurn(m, f)
+	if _, err := b.enter(context.Background(), -1); err != nil {
+		t.Fatal(err)
+	}
+	if f.taken != 1 || f.keys[len(f.keys)-1] != "\x00domain\x00hot\x00" {
+		t.Fatalf("admission took %d leases, keys %q; want 1 of the domain", f.taken, f.keys)
+	}
+	cq := queue(t, d, c, context.Background())
+	b.done(false, t0) // C waits: the lease stays
+	if err := <-cq; err != nil {
+		t.Fatal(err)
+	}
+	if f.taken != 1 || f.released != 0 {
+		t.Fatalf("taken %d, released %d while the process's attempts followed each other; want 1, 0", f.taken, f.released)
+	}
+	c.done(false, t0) // nobody in or waiting: given back
+	if f.released != 1 {
+		t.Fatalf("released %d leases once the domain was idle, want 1", f.released)
+	}
+	for d.gated.Load() {
+		a.attempt(t, false)
+	}
+	if d.lease.wanted || f.taken != f.released {
+		t.Fatalf("after the gate opened: wanted %v, taken %d, released %d", d.lease.wanted, f.taken, f.released)
+	}
+	a.attempt(t, false)
+	if f.taken != f.released {
+		t.Fatal("an open domain leased")
+	}
+}
+
+// Cold domains never lease, and a domain whose conflicts all come from its
+// own process does not either.
+func TestDomainLeasesNotForItsOwnConflicts(t *testing.T) {
+	m := new(ContentionManager)
+	f := &fakeLeaser{}
+	cold := leasedTurn(m, f)
+	cold.d = m.domain(domainKey("cold", nil))
+	for range 1000 {
+		cold.attempt(t, false)
+	}
+	a, b := leasedTurn(m, f), leasedTurn(m, f)
+	a.closeDomain(t)
+	d := a.d
+	for range 20 { // two attempts at once, one of them conflicting
+		d.lease.wanted, d.width, d.rate = false, 2, 0
+		_, _ = a.enter(context.Background(), -1)
+		_, _ = b.enter(context.Background(), -1)
+		b.done(false, t0)
+		if p, _ := a.done(true, t0); p > 0 {
+			t.Fatal("a conflict beside another attempt of the process paused")
+		}
+		if d.lease.wanted {
+			break
+		}
+	}
+	if d.lease.wanted || f.taken != 0 {
+		t.Fatalf("wanted %v, %d leases for conflicts inside the process", d.lease.wanted, f.taken)
+	}
+}
+
+// An adapter that cannot lease rests the domain's lease: the attempt goes
+// on without it, and nobody asks again for cmLeaseRest. A caller whose
+// context ends while it waits for the lease gives its place back.
+func TestDomainLeaseFailures(t *testing.T) {
+	m := new(ContentionManager)
+	f := &fakeLeaser{err: errors.New("no connection to spare")}
+	a := leasedTurn(m, f)
+	a.closeDomain(t)
+	d := a.d
+	d.lease.wanted = true
+	if _, err := a.enter(context.Background(), -1); err != nil {
+		t.Fatalf("a failed lease failed the attempt: %v", err)
+	}
+	a.done(false, t0)
+	if rest := time.Until(d.lease.rest); rest <= cmLeaseRest/2 || rest > cmLeaseRest {
+		t.Fatalf("the lease rests %v after a failure, want %v", rest, cmLeaseRest)
+	}
+	f.err = nil
+	a.attempt(t, false)
+	if f.taken != 0 {
+		t.Fatal("a resting lease was taken")
+	}
+
+	d.lease.rest = time.Time{}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := leasedTurn(m, f)
+	b.lease = func(ctx context.Context, _ string) (func(), error) {
+		cancel()
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if _, err := b.enter(ctx, -1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("enter = %v, want the context's end", err)
+	}
+	d.mu.Lock()
+	inUse, taking := d.inUse, d.lease.taking
+	d.mu.Unlock()
+	if inUse != 0 || taking {
+		t.Fatalf("after giving up in the lease's wait: %d places in use, taking %v", inUse, taking)
+	}
+}
+
+// Once its turn is over, a process lets its running attempts finish under
+// the lease, starts no new one under it, gives it back when the last is
+// out, and then queues for it again.
+func TestDomainLeaseTurnEnds(t *testing.T) {
+	m := new(ContentionManager)
+	f := &fakeLeaser{}
+	a, b, c := leasedTurn(m, f), leasedTurn(m, f), leasedTurn(m, f)
+	a.closeDomain(t)
+	d := a.d
+	d.lease.wanted, d.width, d.rate = true, 3, 0
+	for _, x := range []*cmTurn{a, b} {
+		if _, err := x.enter(context.Background(), -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if taken, _ := f.counts(); taken != 1 || d.lease.users != 2 {
+		t.Fatalf("two attempts took %d leases and %d use it; want 1 and 2", taken, d.lease.users)
+	}
+	d.mu.Lock()
+	d.lease.at = d.lease.at.Add(-cmLeaseTurn) // the turn is over
+	d.mu.Unlock()
+	a.done(false, t0)
+	if _, released := f.counts(); released != 0 {
+		t.Fatal("the lease was given back while an attempt ran under it")
+	}
+	entered := make(chan error, 1)
+	go func() { _, err := c.enter(context.Background(), -1); entered <- err }()
+	time.Sleep(20 * time.Millisecond)
+	select {
+	case <-entered:
+		t.Fatal("an attempt started under a lease whose turn was over")
+	default:
+	}
+	b.done(false, t0)
+	if err := <-entered; err != nil {
+		t.Fatal(err)
+	}
+	if taken, released := f.counts(); taken != 2 || released != 1 {
+		t.Fatalf("taken %d, released %d; want the lease given back once and taken again", taken, released)
+	}
+	c.done(false, t0)
+	if taken, released := f.counts(); taken != released {
+		t.Fatalf("taken %d, released %d once idle", taken, released)
+	}
+}
