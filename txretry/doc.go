@@ -64,8 +64,10 @@
 // recent attempts conflict, its attempts queue at a FIFO gate of its own,
 // one at a time at first, widening while they commit; its retries keep
 // their call's place, and a conflict that came from another process (the
-// attempt ran alone in the gate) pauses the caller in its place. Other
-// domains never queue behind it. Two kinds of transaction that conflict
+// attempt ran alone in the gate) pauses the caller in its place and, where
+// the adapter can hold a database lock, makes the processes take turns on
+// the domain through one (see ContentionManager). Other domains never
+// queue behind it. Two kinds of transaction that conflict
 // with each other are two domains: give them one label to queue them
 // together. WithContentionKeys replaces the gate for a call by the keys it
 // names: calls that share a key take turns, others run at once; with
