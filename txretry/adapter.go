@@ -193,8 +193,8 @@ type adapter interface {
 	checkKeyLocks() error
 	// fn is the caller's function (AdapterFunc), nil when unknown.
 	fn() any
-	// leaser is the adapter's Lease (AdapterLease), nil when it has none.
-	leaser() func(ctx context.Context, key string) (func(), error)
+	// leaser is the adapter as an AdapterLease, nil when it is none.
+	leaser() AdapterLease
 }
 
 type typed[T Tx] struct{ a Adapter[T] }
@@ -269,9 +269,9 @@ func (t typed[T]) checkKeyLocks() error {
 	return l.CheckKeyLocks()
 }
 
-func (t typed[T]) leaser() func(ctx context.Context, key string) (func(), error) {
+func (t typed[T]) leaser() AdapterLease {
 	if l, ok := t.a.(AdapterLease); ok && !t.singleConn() {
-		return l.Lease
+		return l
 	}
 	return nil
 }

@@ -126,10 +126,10 @@ type admission interface {
 // cmTurn is a call's standing in a domain; one call's, never shared.
 type cmTurn struct {
 	d       *cmDomain
-	key     cmKey                                                 // d's name, for its lease
-	lease   func(ctx context.Context, key string) (func(), error) // AdapterLease; nil: none
-	max     int                                                   // the manager's maximum width
-	since   time.Time                                             // the call's start, for the pace's patience
+	key     cmKey        // d's name, for its lease
+	lease   AdapterLease // nil: the adapter cannot lease
+	max     int          // the manager's maximum width
+	since   time.Time    // the call's start, for the pace's patience
 	rand    func() float64
 	arrival uint64 // 0 until the call first waits
 	admit   uint64 // the domain's admits when this attempt entered; 0: it went straight in
@@ -196,7 +196,7 @@ func (t *cmTurn) useLease(ctx context.Context, limit time.Duration) (waited bool
 func (t *cmTurn) takeLease(ctx context.Context) error {
 	d, l := t.d, &t.d.lease
 	lctx, cancel := context.WithTimeout(ctx, cmLeaseWait)
-	release, err := t.lease(lctx, "\x00domain\x00"+t.key.label+"\x00"+t.key.site)
+	release, err := t.lease.Lease(lctx, "\x00domain\x00"+t.key.label+"\x00"+t.key.site)
 	cancel()
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -17,7 +17,7 @@ type fakeLeaser struct {
 	err             error // returned instead of a lease
 }
 
-func (f *fakeLeaser) lease(_ context.Context, key string) (func(), error) {
+func (f *fakeLeaser) Lease(_ context.Context, key string) (func(), error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
@@ -34,9 +34,14 @@ func (f *fakeLeaser) counts() (taken, released int) {
 	return f.taken, f.released
 }
 
+// leaseFunc is a function as an AdapterLease.
+type leaseFunc func(ctx context.Context, key string) (func(), error)
+
+func (f leaseFunc) Lease(ctx context.Context, key string) (func(), error) { return f(ctx, key) }
+
 func leasedTurn(m *ContentionManager, f *fakeLeaser) *cmTurn {
 	t := newTurn(m, "hot")
-	t.key, t.lease = domainKey("hot", nil), f.lease
+	t.key, t.lease = domainKey("hot", nil), f
 	return t
 }
 
@@ -145,11 +150,11 @@ func TestDomainLeaseFailures(t *testing.T) {
 	d.lease.rest = time.Time{}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := leasedTurn(m, f)
-	b.lease = func(ctx context.Context, _ string) (func(), error) {
+	b.lease = leaseFunc(func(ctx context.Context, _ string) (func(), error) {
 		cancel()
 		<-ctx.Done()
 		return nil, ctx.Err()
-	}
+	})
 	if _, err := b.enter(ctx, -1); !errors.Is(err, context.Canceled) {
 		t.Fatalf("enter = %v, want the context's end", err)
 	}
