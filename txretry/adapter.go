@@ -50,7 +50,7 @@ type Tx interface {
 //
 // Run finds what else an Adapter does by type assertion, each interface
 // with a default when absent: AdapterHandle, AdapterContentionManager,
-// AdapterSingleConn, AdapterCheckTxOptions, AdapterKeyLocks, AdapterLease
+// AdapterSingleConn, AdapterCheckTxOptions, AdapterLease
 // and AdapterFunc; T may be a TxQueryString.
 type Adapter[T Tx] interface {
 	// Begin starts one attempt's transaction. ctx is the caller's: BEGIN
@@ -100,23 +100,6 @@ type AdapterSingleConn interface {
 // options are accepted.
 type AdapterCheckTxOptions interface {
 	CheckTxOptions(TxOptions) error
-}
-
-// AdapterKeyLocks is an Adapter that takes database locks per contention
-// key (WithDatabaseKeyLocks). Without it a call with that option fails with
-// ErrInvalidOption before any attempt.
-type AdapterKeyLocks[T Tx] interface {
-	// CheckKeyLocks rejects WithDatabaseKeyLocks before any attempt when
-	// the handle cannot take database locks (an unknown driver, a handle
-	// that is not a pool or a connection); Run returns its error.
-	CheckKeyLocks() error
-	// BeginLocked begins like Begin after taking one database lock per key
-	// (sorted, without duplicates) on the connection the transaction then
-	// runs on: before BEGIN, waiting no longer than ctx. The locks are
-	// released on that connection once the transaction's Commit or
-	// Rollback has ended it, whatever either returns; a failed BeginLocked
-	// releases what it took.
-	BeginLocked(ctx context.Context, opts TxOptions, keys []string) (T, error)
 }
 
 // AdapterLease is an Adapter that can hold a database lock for its
@@ -187,10 +170,6 @@ type adapter interface {
 	manager() (*ContentionManager, bool)
 	singleConn() bool
 	check(TxOptions) error
-	// beginLocked begins after taking database locks on keys; ok is false
-	// when the adapter is not an AdapterKeyLocks.
-	beginLocked(ctx context.Context, opts TxOptions, keys []string) (tx Tx, ok bool, err error)
-	checkKeyLocks() error
 	// fn is the caller's function (AdapterFunc), nil when unknown.
 	fn() any
 	// leaser is the adapter as an AdapterLease, nil when it is none.
@@ -244,29 +223,6 @@ func (t typed[T]) check(o TxOptions) error {
 		return c.CheckTxOptions(o)
 	}
 	return nil
-}
-
-func (t typed[T]) beginLocked(ctx context.Context, opts TxOptions, keys []string) (Tx, bool, error) {
-	l, ok := t.a.(AdapterKeyLocks[T])
-	if !ok {
-		return nil, false, nil
-	}
-	tx, err := l.BeginLocked(ctx, opts, keys)
-	if err != nil {
-		return nil, true, err
-	}
-	if isNil(tx) {
-		return nil, true, fmt.Errorf("%w: %T.BeginLocked returned a nil transaction", ErrInvalidOption, t.a)
-	}
-	return tx, true, nil
-}
-
-func (t typed[T]) checkKeyLocks() error {
-	l, ok := t.a.(AdapterKeyLocks[T])
-	if !ok {
-		return fmt.Errorf("%w: WithDatabaseKeyLocks: the adapter (%T) cannot take database locks (it is not an AdapterKeyLocks)", ErrInvalidOption, t.a)
-	}
-	return l.CheckKeyLocks()
 }
 
 func (t typed[T]) leaser() AdapterLease {

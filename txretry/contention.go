@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,8 +49,8 @@ import (
 // of the process's attempts of the domain is in or waiting); the next
 // queues for it again. The processes thus take turns in the database's
 // lock queue, a few attempts at a time. The lock is PostgreSQL's
-// pg_advisory_lock, or MySQL's GET_LOCK, named as WithDatabaseKeyLocks
-// names the key made of a NUL byte, "domain", a NUL, the label, a NUL and
+// pg_advisory_lock, or MySQL's GET_LOCK, of a lock id hashed (FNV-1a 64)
+// from the key made of a NUL byte, "domain", a NUL, the label, a NUL and
 // the source location (empty with a label): replicas share a domain's
 // lease when they run one build or use one label. It costs a connection
 // while held, and nothing to domains without conflicts across processes.
@@ -72,8 +71,7 @@ import (
 //
 // Two kinds of transaction that conflict with each other (two operations
 // writing one counter, say) are two domains, each gated on its own
-// conflicts: give them one WithLabel to queue them together, or name the
-// rows with WithContentionKeys.
+// conflicts: give them one WithLabel to queue them together.
 //
 // A ContentionManager is safe for concurrent use, and its zero value is
 // ready to use, like NewContentionManager(0). By default each database
@@ -85,8 +83,6 @@ type ContentionManager struct {
 	max     int      // a gate this wide opens; 0: DefaultContentionWidth
 	domains sync.Map // cmKey → *cmDomain
 	count   atomic.Int32
-	mu      sync.Mutex             // guards keys
-	keys    map[string][]*cmWaiter // held keys (WithContentionKeys) and their waiters
 	// lockWaitAt is when an attempt last showed lock waits worth ending
 	// (see noteAttempt), in Unix nanoseconds; 0: never.
 	lockWaitAt atomic.Int64
@@ -132,11 +128,6 @@ func (m *ContentionManager) Queued() int {
 		d.mu.Unlock()
 		return true
 	})
-	m.mu.Lock()
-	for _, ws := range m.keys {
-		n += len(ws)
-	}
-	m.mu.Unlock()
 	return n
 }
 
@@ -209,34 +200,6 @@ func (m *ContentionManager) noteAttempt(err error, cut bool, d time.Duration, lo
 func (m *ContentionManager) lockTimeoutArmed(now time.Time) bool {
 	at := m.lockWaitAt.Load()
 	return at != 0 && now.Sub(time.Unix(0, at)) < cmLockMemory
-}
-
-// WithContentionKeys names what the call's transaction reads and writes
-// that other calls contend for (for example "account:42"), to the
-// contention manager in force (by default the handle's; a pointer handle
-// without a default manager gets ManagerFor(handle) for its keys, and any
-// other handle makes the call return an error matching ErrInvalidOption).
-// Instead of passing its domain's gate, each attempt waits until no other
-// call holding one of the same keys is in its attempt, in arrival order
-// per key, and calls with disjoint keys run at once. Keys are taken before
-// BEGIN and given back after COMMIT or ROLLBACK, all in one sorted order,
-// so callers never wait for each other in a cycle nor while holding a
-// transaction; waiting honours the call's context, deadline and time
-// budget. Keys only space attempts: a conflict despite them came from data
-// outside the keys or from another process, and is retried after the
-// backoff. Two calls that share a key and whose fns wait for each other
-// wait until their deadlines. A nested call that joined an enclosing
-// call's attempt on the same manager takes no keys; nest calls on handles
-// with different managers in one consistent order (or share one manager),
-// lest two such calls wait for each other. With WithoutContentionManager
-// the call returns an error matching ErrInvalidOption. Default: none (the
-// domain's gate).
-func WithContentionKeys(keys ...string) Option {
-	return func(c *config) {
-		k := slices.Clone(keys)
-		slices.Sort(k)
-		c.keys = slices.Compact(k)
-	}
 }
 
 // WithContentionManager routes the call's attempts through m, for example

@@ -67,12 +67,8 @@
 // attempt ran alone in the gate) pauses the caller in its place and, where
 // the adapter can hold a database lock, makes the processes take turns on
 // the domain through one (see ContentionManager). Other domains never
-// queue behind it. Two kinds of transaction that conflict
-// with each other are two domains: give them one label to queue them
-// together. WithContentionKeys replaces the gate for a call by the keys it
-// names: calls that share a key take turns, others run at once; with
-// WithDatabaseKeyLocks (off by default) the keys are also locked in the
-// database, so that calls of other processes take turns too. Without a
+// queue behind it. Two kinds of transaction that conflict with each other
+// are two domains: give them one label to queue them together. Without a
 // manager (WithoutContentionManager) every retry waits the Backoff. A
 // RetryBudget (WithRetryBudget, off by default) bounds retries across
 // calls.
@@ -194,8 +190,8 @@
 // Small interfaces, found by type assertion, add the rest: AdapterHandle
 // (nested calls join, and the handle gets a default ContentionManager, see
 // ManagerFor), AdapterContentionManager, AdapterSingleConn,
-// AdapterCheckTxOptions, AdapterKeyLocks (WithDatabaseKeyLocks) and
-// AdapterFunc (the contention manager's conflict domain per function) on
+// AdapterCheckTxOptions, AdapterLease (the processes take turns on a
+// domain through a database lock) and AdapterFunc (the contention manager's conflict domain per function) on
 // the adapter, and TxQueryString on the transaction (for
 // WithXactStatusVerification). A Commit that knows its error proves
 // nothing was committed wraps it with NotCommitted; other COMMIT errors

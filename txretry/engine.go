@@ -87,17 +87,9 @@ func enter(ctx context.Context, a adapter, opts []Option) error {
 		return err
 	}
 	if nested {
-		return a.join(ctx, outer.tx) // takes no keys, so no database locks
+		return a.join(ctx, outer.tx)
 	}
-	if cfg.dbLocks {
-		if err := a.checkKeyLocks(); err != nil {
-			return err
-		}
-	}
-	cm, err := managerOf(a, cfg, h)
-	if err != nil {
-		return err
-	}
+	cm := managerOf(a, cfg, h)
 	if cm != nil && holds(ctx, cm) {
 		cm = nil // already admitted by the enclosing call: queueing again would deadlock
 	}
@@ -109,36 +101,26 @@ func enter(ctx context.Context, a adapter, opts []Option) error {
 	return nil
 }
 
-// admissionOf is a call's standing with its manager cm (nil: none): its
-// keys, or the gate of its domain, named by its label or fn.
+// admissionOf is a call's standing with its manager cm (nil: none): the
+// gate of its domain, named by its label or fn.
 func admissionOf(cm *ContentionManager, cfg *config, a adapter, start time.Time) admission {
-	switch {
-	case cm == nil:
+	if cm == nil {
 		return nil
-	case len(cfg.keys) > 0:
-		return &cmKeys{m: cm, keys: cfg.keys}
 	}
 	k := domainKey(cfg.label, a.fn())
 	return &cmTurn{d: cm.domain(k), key: k, lease: a.leaser(), max: cm.maxWidth(), since: start, rand: cfg.rand}
 }
 
 // managerOf returns the contention manager of a call: the one chosen by an
-// option, else the handle's default one. Keys need a manager: a handle
-// without a default one gets a manager of its own for them.
-func managerOf(a adapter, cfg *config, h any) (*ContentionManager, error) {
+// option, else the handle's default one.
+func managerOf(a adapter, cfg *config, h any) *ContentionManager {
 	if cfg.noCM || cfg.cm != nil {
-		return cfg.cm, nil
+		return cfg.cm
 	}
-	m, ok := a.manager()
-	if !ok {
-		m = ManagerFor(h)
+	if m, ok := a.manager(); ok {
+		return m
 	}
-	if m == nil && len(cfg.keys) > 0 {
-		if m = ManagerFor(h); m == nil {
-			return nil, fmt.Errorf("%w: WithContentionKeys: the handle (%T) is not a pointer, so it has no contention manager to hold the keys; pass one with WithContentionManager", ErrInvalidOption, h)
-		}
-	}
-	return m, nil
+	return ManagerFor(h)
 }
 
 // call is one call's state while its attempts run.
@@ -442,7 +424,7 @@ func (c *call) attempt(ctx context.Context, n int, queued time.Duration) (res re
 func (c *call) transaction(ctx context.Context, n int) result {
 	cfg := c.cfg
 	opts := c.attemptOptions()
-	tx, err := c.begin(ctx, opts)
+	tx, err := c.a.begin(ctx, opts)
 	if err != nil {
 		return c.classify(err, opts)
 	}
@@ -520,25 +502,6 @@ func (c *call) attemptOptions() TxOptions {
 		o.LockTimeout = 0
 	}
 	return o
-}
-
-// begin begins the attempt's transaction, after taking the keys'
-// database locks with WithDatabaseKeyLocks: their wait ends at the
-// deadline or time budget, like the wait for the keys inside the process.
-func (c *call) begin(ctx context.Context, opts TxOptions) (Tx, error) {
-	if !c.cfg.dbLocks {
-		return c.a.begin(ctx, opts)
-	}
-	if !c.deadline.IsZero() {
-		lctx, cancel := context.WithTimeout(ctx, c.deadline.Sub(c.cfg.clock.Now()))
-		defer cancel()
-		ctx = lctx
-	}
-	tx, ok, err := c.a.beginLocked(ctx, opts, c.cfg.keys)
-	if !ok {
-		return nil, fmt.Errorf("%w: WithDatabaseKeyLocks: the adapter cannot take database locks", ErrInvalidOption)
-	}
-	return tx, err
 }
 
 // classify classifies an attempt's error: retryable if the classifier

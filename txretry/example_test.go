@@ -105,35 +105,6 @@ func ExampleFullJitter() {
 	// 50ms
 }
 
-// A transfer names the two accounts it writes: transfers that share an
-// account take turns, and others run at the same time.
-func ExampleWithContentionKeys() {
-	db := (&fakedb.Driver{}).DB() // in real code: sql.Open("pgx", dsn) or sql.Open("mysql", dsn)
-	defer db.Close()
-
-	transfer := func(ctx context.Context, from, to int, amount int64) error {
-		return txretry.RunInTx(ctx, db, moveMoney(from, to, amount), txretry.WithIsolation(sql.LevelSerializable),
-			txretry.WithContentionKeys(fmt.Sprint("account:", from), fmt.Sprint("account:", to)))
-	}
-	fmt.Println(transfer(context.Background(), 1, 2, 10))
-	// Output:
-	// <nil>
-}
-
-// Replicas of a service, each with its own pool and contention manager,
-// take turns on the accounts of a transfer through locks held by the
-// database. db must reach the server directly (not through PgBouncer) with
-// pgx's stdlib driver, lib/pq or go-sql-driver/mysql.
-func ExampleWithDatabaseKeyLocks() {
-	var db *sql.DB // sql.Open("pgx", dsn)
-	transfer := func(ctx context.Context, from, to int, amount int64) error {
-		return txretry.RunInTx(ctx, db, moveMoney(from, to, amount), txretry.WithIsolation(sql.LevelSerializable),
-			txretry.WithContentionKeys(fmt.Sprint("account:", from), fmt.Sprint("account:", to)),
-			txretry.WithDatabaseKeyLocks())
-	}
-	_ = transfer
-}
-
 // moveMoney is the transaction of a transfer, for the examples.
 func moveMoney(from, to int, amount int64) func(ctx context.Context, tx *sql.Tx) error {
 	return func(ctx context.Context, tx *sql.Tx) error {

@@ -120,9 +120,6 @@ func TestInvalidInputGivesErrorsNotPanics(t *testing.T) {
 		{"zero sql.DB, lock timeout", func() error {
 			return txretry.RunInTx(context.Background(), &sql.DB{}, fn, txretry.WithLockTimeout(time.Second))
 		}},
-		{"zero sql.DB, database key locks", func() error {
-			return txretry.RunInTx(context.Background(), &sql.DB{}, fn, txretry.WithContentionKeys("k"), txretry.WithDatabaseKeyLocks())
-		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.call(); !errors.Is(err, txretry.ErrInvalidOption) {

@@ -52,9 +52,7 @@ type config struct {
 	observers      []Observer
 	label          string
 	cm             *ContentionManager
-	noCM           bool     // WithoutContentionManager
-	keys           []string // WithContentionKeys: sorted, without duplicates
-	dbLocks        bool     // WithDatabaseKeyLocks
+	noCM           bool // WithoutContentionManager
 	budgetShared   *RetryBudget
 	connLoss       bool // WithRetryOnConnectionLoss
 }
@@ -101,12 +99,6 @@ func resolve(c *config, opts []Option) error {
 		o(c)
 	}
 	c.txOpts.LockTimeout = max(c.lockTimeout, 0)
-	if len(c.keys) > 0 && c.noCM {
-		c.fail("WithContentionKeys with WithoutContentionManager: the keys are held in a contention manager")
-	}
-	if c.dbLocks && len(c.keys) == 0 {
-		c.fail("WithDatabaseKeyLocks without WithContentionKeys: it locks the call's keys, and there are none")
-	}
 	if c.idem != nil && c.verifier != verifier(c.idem) {
 		c.fail("WithIdempotencyKey with another verifier (%s): the key verifies lost commits itself", c.verifier.name())
 	}
@@ -136,8 +128,8 @@ func WithMaxAttempts(n int) Option {
 }
 
 // WithBackoff sets the wait before a retry that no contention gate spaces:
-// every retry without a manager (WithoutContentionManager) or with
-// WithContentionKeys, and the retries of a domain whose gate is open (see
+// every retry without a manager (WithoutContentionManager), and the
+// retries of a domain whose gate is open (see
 // ContentionManager). A retry of a domain whose gate is closed queues at
 // the gate instead. Default: DefaultBackoff(), full jitter over an
 // exponential delay from 2 ms capped at 250 ms.

@@ -2,15 +2,11 @@ package txretry_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/txretry/txretry/txretry"
-	"github.com/txretry/txretry/txretry/internal/fakedb"
 )
 
 // Tests of Run with adapters of the tests' own (storeAdapter from
@@ -153,45 +149,5 @@ func TestManagerForIsPerHandle(t *testing.T) {
 		if txretry.ManagerFor(h) != nil {
 			t.Errorf("ManagerFor(%#v) is not nil", h)
 		}
-	}
-}
-
-// wrapDB is a DB other than *sql.DB and *sql.Conn (as *sqlx.DB is), which
-// has no default contention manager.
-type wrapDB struct{ *sql.DB }
-
-// Issue 15, defect 3: WithContentionKeys on a handle without a default
-// manager was silently ignored; the keys now get a manager per handle.
-func TestContentionKeysOnAHandleWithoutDefaultManager(t *testing.T) {
-	f := newFixture(t, &fakedb.Driver{})
-	db := &wrapDB{f.db}
-	var in, peak atomic.Int32
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for range 5 {
-				err := txretry.RunInTx(context.Background(), db, func(ctx context.Context, tx *sql.Tx) error {
-					n := in.Add(1)
-					defer in.Add(-1)
-					for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-					}
-					time.Sleep(2 * time.Millisecond)
-					return nil
-				}, txretry.WithContentionKeys("account:1"))
-				if err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if peak.Load() != 1 {
-		t.Fatalf("%d calls holding the same key ran at once, want 1", peak.Load())
-	}
-	// A handle that is not a pointer has nowhere to keep the keys.
-	err := txretry.RunInTx(context.Background(), wrapDB{f.db}, func(context.Context, *sql.Tx) error { return nil },
-		txretry.WithContentionKeys("account:1"))
-	if !errors.Is(err, txretry.ErrInvalidOption) {
-		t.Fatalf("keys on a value handle: %v, want ErrInvalidOption", err)
 	}
 }

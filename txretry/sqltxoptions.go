@@ -6,7 +6,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 
-	"github.com/txretry/txretry/txretry/internal/keylock"
+	"github.com/txretry/txretry/txretry/internal/dblock"
 )
 
 // CheckTxOptions accepts WithLockTimeout where the adapter knows the
@@ -35,7 +35,7 @@ func CheckSQLTxOptions(db DB, o TxOptions) error {
 // contention manager's armed default is best effort). If that statement
 // fails, the transaction is rolled back and its error returned.
 func BeginSQLOn[T SQLTransaction](ctx context.Context, db DB, o TxOptions, begin func(ctx context.Context) (T, error)) (*SQLTx[T], error) {
-	d := keylock.Unknown
+	d := dblock.Unknown
 	if o.LockTimeout > 0 {
 		d, _ = sqlDialect(db, "WithLockTimeout") // before BEGIN: a *sql.Conn's Raw would wait for the transaction
 	}
@@ -52,11 +52,11 @@ func BeginSQLOn[T SQLTransaction](ctx context.Context, db DB, o TxOptions, begin
 // setLockTimeout applies o.LockTimeout to a transaction just begun on a
 // database of dialect d (see WithLockTimeout), and rolls the transaction
 // back if that fails.
-func setLockTimeout[T SQLTransaction](ctx context.Context, d keylock.Dialect, tx *SQLTx[T], o TxOptions) error {
-	if o.LockTimeout <= 0 || d != keylock.Postgres {
+func setLockTimeout[T SQLTransaction](ctx context.Context, d dblock.Dialect, tx *SQLTx[T], o TxOptions) error {
+	if o.LockTimeout <= 0 || d != dblock.Postgres {
 		return nil // MySQL and MariaDB find deadlocks as they form
 	}
-	err := tx.Exec(ctx, keylock.SetLockTimeout(o.LockTimeout))
+	err := tx.Exec(ctx, dblock.SetLockTimeout(o.LockTimeout))
 	if err != nil {
 		_ = tx.bounded(DefaultCommitTimeout, tx.Tx.Rollback)
 	}
@@ -65,23 +65,23 @@ func setLockTimeout[T SQLTransaction](ctx context.Context, d keylock.Dialect, tx
 
 // sqlDialect tells the database behind db from its driver's type, for
 // option (named in the error).
-func sqlDialect(db DB, option string) (keylock.Dialect, error) {
-	var d keylock.Dialect
+func sqlDialect(db DB, option string) (dblock.Dialect, error) {
+	var d dblock.Dialect
 	var what any
 	switch h := db.(type) {
 	case *sql.DB:
 		if what = driverOf(h); what == nil {
 			return 0, fmt.Errorf("%w: %s: the *sql.DB was not opened with sql.Open or sql.OpenDB", ErrInvalidOption, option)
 		}
-		d = keylock.Of(what)
+		d = dblock.Of(what)
 	case *sql.Conn:
-		if err := h.Raw(func(dc any) error { what, d = dc, keylock.Of(dc); return nil }); err != nil {
+		if err := h.Raw(func(dc any) error { what, d = dc, dblock.Of(dc); return nil }); err != nil {
 			return 0, err
 		}
 	default:
 		return 0, fmt.Errorf("%w: %s needs a *sql.DB or *sql.Conn, not a %T", ErrInvalidOption, option, db)
 	}
-	if d == keylock.Unknown {
+	if d == dblock.Unknown {
 		return 0, fmt.Errorf("%w: %s: driver %T is not one of pgx's stdlib, lib/pq or go-sql-driver/mysql, so its database's locks are unknown", ErrInvalidOption, option, what)
 	}
 	return d, nil

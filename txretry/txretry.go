@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/txretry/txretry/txretry/internal/keylock"
 )
 
 // DB begins database/sql transactions: *sql.DB and *sql.Conn satisfy it.
@@ -34,8 +32,7 @@ type DB interface {
 // wait for a pooled connection still end with ctx.
 //
 // A *sql.DB or *sql.Conn has a default ContentionManager (see ManagerFor);
-// another DB has none unless the call names WithContentionKeys, which get a
-// manager per handle when db is a pointer.
+// another DB has none.
 func RunInTx(ctx context.Context, db DB, fn func(ctx context.Context, tx *sql.Tx) error, opts ...Option) error {
 	if isNil(db) {
 		return fmt.Errorf("%w: nil DB", ErrInvalidOption)
@@ -53,14 +50,13 @@ type sqlAdapter struct {
 }
 
 var (
-	_ AdapterHandle                    = sqlAdapter{}
-	_ AdapterContentionManager         = sqlAdapter{}
-	_ AdapterSingleConn                = sqlAdapter{}
-	_ AdapterCheckTxOptions            = sqlAdapter{}
-	_ AdapterKeyLocks[*SQLTx[*sql.Tx]] = sqlAdapter{}
-	_ AdapterFunc                      = sqlAdapter{}
-	_ AdapterLease                     = sqlAdapter{}
-	_ TxQueryString                    = (*SQLTx[*sql.Tx])(nil)
+	_ AdapterHandle            = sqlAdapter{}
+	_ AdapterContentionManager = sqlAdapter{}
+	_ AdapterSingleConn        = sqlAdapter{}
+	_ AdapterCheckTxOptions    = sqlAdapter{}
+	_ AdapterFunc              = sqlAdapter{}
+	_ AdapterLease             = sqlAdapter{}
+	_ TxQueryString            = (*SQLTx[*sql.Tx])(nil)
 )
 
 func (a sqlAdapter) Begin(ctx context.Context, o TxOptions) (*SQLTx[*sql.Tx], error) {
@@ -112,7 +108,6 @@ type SQLTransaction interface {
 type SQLTx[T SQLTransaction] struct {
 	Tx     T
 	cancel context.CancelFunc
-	locks  *keylock.Locks // WithDatabaseKeyLocks: released once the transaction ended
 }
 
 // BeginSQL begins a transaction with begin, which must begin it on the
@@ -157,7 +152,6 @@ func (t *SQLTx[T]) bounded(timeout time.Duration, f func() error) error {
 // ErrTxCommitRollback through its stdlib driver.
 func (t *SQLTx[T]) Commit(ctx context.Context, timeout time.Duration) error {
 	err := t.bounded(timeout, t.Tx.Commit)
-	t.unlock(ctx, timeout)
 	switch {
 	case errors.Is(err, sql.ErrTxDone):
 		return NotCommitted(fmt.Errorf("%w: %w", ErrTxEndedByFn, err))
@@ -177,18 +171,7 @@ const pgxCommitRollbackMsg = "commit unexpectedly resulted in rollback"
 // Rollback rolls back within timeout.
 func (t *SQLTx[T]) Rollback(ctx context.Context, timeout time.Duration) error {
 	err := t.bounded(timeout, t.Tx.Rollback)
-	t.unlock(ctx, timeout)
 	return err
-}
-
-// unlock releases the attempt's database locks, once. A release that finds
-// them gone does not change the transaction's outcome: the lock statement,
-// or the session check after BEGIN, is where a pooler shows.
-func (t *SQLTx[T]) unlock(ctx context.Context, timeout time.Duration) {
-	if t.locks != nil {
-		_ = t.locks.Release(ctx, timeout)
-		t.locks = nil
-	}
 }
 
 // Exec runs query, which has no arguments.

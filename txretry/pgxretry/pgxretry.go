@@ -14,7 +14,7 @@ import (
 
 	"github.com/txretry/txretry/pgerr"
 	"github.com/txretry/txretry/txretry"
-	"github.com/txretry/txretry/txretry/internal/keylock"
+	"github.com/txretry/txretry/txretry/internal/dblock"
 )
 
 // Beginner begins pgx transactions: *pgxpool.Pool and *pgx.Conn satisfy it.
@@ -59,14 +59,13 @@ type adapter struct {
 }
 
 var (
-	_ txretry.AdapterHandle             = adapter{}
-	_ txretry.AdapterContentionManager  = adapter{}
-	_ txretry.AdapterSingleConn         = adapter{}
-	_ txretry.AdapterCheckTxOptions     = adapter{}
-	_ txretry.AdapterKeyLocks[*attempt] = adapter{}
-	_ txretry.AdapterFunc               = adapter{}
-	_ txretry.AdapterLease              = adapter{}
-	_ txretry.TxQueryString             = (*attempt)(nil)
+	_ txretry.AdapterHandle            = adapter{}
+	_ txretry.AdapterContentionManager = adapter{}
+	_ txretry.AdapterSingleConn        = adapter{}
+	_ txretry.AdapterCheckTxOptions    = adapter{}
+	_ txretry.AdapterFunc              = adapter{}
+	_ txretry.AdapterLease             = adapter{}
+	_ txretry.TxQueryString            = (*attempt)(nil)
 )
 
 func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*attempt, error) {
@@ -132,7 +131,7 @@ func txOptions(o txretry.TxOptions) (pgx.TxOptions, error) {
 	if o.LockTimeout > 0 {
 		// One simple-protocol message, so no extra round trip: pgx runs
 		// BEGIN's query without arguments that way.
-		opts.BeginQuery = beginSQL(opts) + "; " + keylock.SetLockTimeout(o.LockTimeout)
+		opts.BeginQuery = beginSQL(opts) + "; " + dblock.SetLockTimeout(o.LockTimeout)
 	}
 	return opts, nil
 }
@@ -152,20 +151,9 @@ func beginSQL(opts pgx.TxOptions) string {
 
 // attempt is one pgx attempt.
 type attempt struct {
-	tx    pgx.Tx
-	rec   recorder
-	fnTx  *recTx         // over tx: what fn, nested calls and TxOrDB get
-	locks *keylock.Locks // txretry.WithDatabaseKeyLocks: released once the transaction ended
-}
-
-// unlock releases the attempt's advisory locks, once. A release that finds
-// them gone does not change the transaction's outcome: the session check
-// after BEGIN is where a pooler shows.
-func (a *attempt) unlock(ctx context.Context, timeout time.Duration) {
-	if a.locks != nil {
-		_ = a.locks.Release(ctx, timeout)
-		a.locks = nil
-	}
+	tx   pgx.Tx
+	rec  recorder
+	fnTx *recTx // over tx: what fn, nested calls and TxOrDB get
 }
 
 // shielded is ctx without its cancellation, bounded by timeout.
@@ -174,7 +162,6 @@ func shielded(ctx context.Context, timeout time.Duration) (context.Context, cont
 }
 
 func (a *attempt) Commit(ctx context.Context, timeout time.Duration) error {
-	defer a.unlock(ctx, timeout)
 	cctx, cancel := shielded(ctx, timeout)
 	defer cancel()
 	err := a.tx.Commit(cctx)
@@ -189,7 +176,6 @@ func (a *attempt) Commit(ctx context.Context, timeout time.Duration) error {
 }
 
 func (a *attempt) Rollback(ctx context.Context, timeout time.Duration) error {
-	defer a.unlock(ctx, timeout)
 	rctx, cancel := shielded(ctx, timeout)
 	defer cancel()
 	return a.tx.Rollback(rctx)
