@@ -16,6 +16,7 @@ import (
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/bunretry"
 	"github.com/txretry/txretry/txretry/internal/fakedb"
+	"github.com/txretry/txretry/txretry/internal/gatetest"
 )
 
 // The real-server tests (conflicts, deadlocks, lost COMMITs, savepoints)
@@ -133,19 +134,20 @@ func TestFnCannotCommit(t *testing.T) {
 	}
 }
 
-// db and its clones share the pool's default manager, so
-// WithContentionKeys applies per pool.
-func TestContentionKeysPerPool(t *testing.T) {
+// db and its clones share the pool's default manager: a call on a clone
+// queues behind a call on db at the closed gate of their label.
+func TestContentionManagerPerPool(t *testing.T) {
 	db := open(t, &fakedb.Driver{})
+	gatetest.Close(t, db.DB, "k")
 	err := bunretry.RunInTx(context.Background(), db, func(ctx context.Context, tx bun.Tx) error {
 		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
-		err := bunretry.RunInTx(cctx, db.WithNamedArg("x", 1), func(context.Context, bun.Tx) error { return nil }, txretry.WithContentionKeys("k"))
+		err := bunretry.RunInTx(cctx, db.WithNamedArg("x", 1), func(context.Context, bun.Tx) error { return nil }, txretry.WithLabel("k"))
 		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("a call with the same key on a clone ran at once: %v", err)
+			t.Errorf("a call of the same domain on a clone ran at once: %v", err)
 		}
 		return nil
-	}, txretry.WithContentionKeys("k"))
+	}, txretry.WithLabel("k"))
 	if err != nil {
 		t.Fatal(err)
 	}

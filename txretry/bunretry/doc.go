@@ -27,7 +27,7 @@
 //
 // The handle is the *sql.DB under the *bun.DB, so that db and its clones
 // (WithNamedArg, WithQueryHook) share one default
-// txretry.ContentionManager (WithContentionKeys apply per pool) and a call
+// txretry.ContentionManager and a call
 // inside fn with fn's ctx on any of them joins the outer transaction. A
 // txretry.RunInTx on that same *sql.DB inside fn (or around it) is refused
 // with txretry.ErrInvalidOption rather than run as a second transaction on

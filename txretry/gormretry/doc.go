@@ -27,7 +27,7 @@
 //
 // The handle is the pool, not the *gorm.DB value: every Session,
 // WithContext or Debug of one gorm.Open shares one default
-// txretry.ContentionManager (so WithContentionKeys apply per pool), and a
+// txretry.ContentionManager, and a
 // call inside fn with fn's ctx joins the outer transaction, whether it is
 // given db, any session of it, or fn's own tx. It is also
 // txretry.RunInTx's handle on that *sql.DB, so the two join each other in

@@ -16,6 +16,7 @@ import (
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/gormretry"
 	"github.com/txretry/txretry/txretry/internal/fakedb"
+	"github.com/txretry/txretry/txretry/internal/gatetest"
 )
 
 // The real-server tests (conflicts, deadlocks, lost COMMITs, savepoints,
@@ -165,25 +166,20 @@ func TestPrepareStmtSession(t *testing.T) {
 	}
 }
 
-// Every session of one pool has the pool's default manager, so
-// WithContentionKeys applies per pool.
-func TestContentionKeysPerPool(t *testing.T) {
+// Every session of one pool has the pool's default manager: a call on the
+// pool queues behind a session's call at the closed gate of their label.
+func TestContentionManagerPerPool(t *testing.T) {
 	db, sqlDB := open(t, &fakedb.Driver{}, &gorm.Config{})
-	m := txretry.ManagerFor(sqlDB)
-	if m == nil {
-		t.Fatal("the pool has no default manager")
-	}
+	gatetest.Close(t, sqlDB, "k")
 	err := gormretry.RunInTx(context.Background(), db.Session(&gorm.Session{}), func(ctx context.Context, tx *gorm.DB) error {
-		// The key is held by this call: a call on the pool's manager
-		// with the same key, from outside, has to wait.
 		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
-		err := txretry.RunInTx(cctx, sqlDB, func(context.Context, *sql.Tx) error { return nil }, txretry.WithContentionKeys("k"))
+		err := txretry.RunInTx(cctx, sqlDB, func(context.Context, *sql.Tx) error { return nil }, txretry.WithLabel("k"))
 		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("a call with the same key on the pool ran at once: %v", err)
+			t.Errorf("a call of the same domain on the pool ran at once: %v", err)
 		}
 		return nil
-	}, txretry.WithContentionKeys("k"))
+	}, txretry.WithLabel("k"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@
 //
 // The handle is the *sql.DB under the *sqlx.DB, so that db and its copies
 // (db.Unsafe(), another sqlx.NewDb on the pool) share one default
-// txretry.ContentionManager (WithContentionKeys apply per pool), and a
+// txretry.ContentionManager, and a
 // call inside fn with fn's context on any of them joins the outer
 // transaction. A txretry.RunInTx on that same *sql.DB inside fn (or
 // around it) is refused with txretry.ErrInvalidOption rather than run as

@@ -21,6 +21,7 @@ import (
 	"github.com/txretry/txretry/mysqlerr"
 	"github.com/txretry/txretry/pgerr"
 	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/internal/gatetest"
 	"github.com/txretry/txretry/txretry/sqlxretry"
 )
 
@@ -213,33 +214,23 @@ func TestNestedCallJoinsAndFnCannotCommit(t *testing.T) {
 	})
 }
 
-// The handle's default contention manager holds WithContentionKeys: calls
-// sharing a key take turns.
-func TestContentionKeysPerHandle(t *testing.T) {
+// The handle is the pool: its default contention manager gates the calls
+// of db and of its copies, which queue behind each other at the closed gate
+// of their label.
+func TestContentionManagerPerPool(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, db *sqlx.DB) {
-		if txretry.ManagerFor(db.DB) == nil {
-			t.Fatal("the pool has no default manager")
-		}
-		var in, peak atomic.Int32
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() {
-				err := sqlxretry.RunInTx(context.Background(), db, func(ctx context.Context, tx *sqlx.Tx) error {
-					n := in.Add(1)
-					defer in.Add(-1)
-					for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-					}
-					time.Sleep(5 * time.Millisecond)
-					return nil
-				}, txretry.WithContentionKeys("k"))
-				if err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		wg.Wait()
-		if peak.Load() != 1 {
-			t.Fatalf("%d calls holding the same key ran at once, want 1", peak.Load())
+		gatetest.Close(t, db.DB, "k")
+		err := sqlxretry.RunInTx(context.Background(), db, func(ctx context.Context, tx *sqlx.Tx) error {
+			cctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			err := sqlxretry.RunInTx(cctx, db.Unsafe(), func(context.Context, *sqlx.Tx) error { return nil }, txretry.WithLabel("k"))
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("a call of the same domain on a copy ran at once: %v", err)
+			}
+			return nil
+		}, txretry.WithLabel("k"))
+		if err != nil {
+			t.Fatal(err)
 		}
 	})
 }
