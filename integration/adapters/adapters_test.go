@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -309,35 +308,6 @@ func TestNestedAndSavepoints(t *testing.T) {
 		}
 		if n := s.count(t, "SELECT COUNT(*) FROM items WHERE id = 3"); n != 0 {
 			t.Errorf("the savepoint's insert survived its rollback")
-		}
-	})
-}
-
-// WithContentionKeys on the pool's default manager: calls sharing a key
-// take turns, though each gets another session or clone of the handle.
-func TestContentionKeysPerPool(t *testing.T) {
-	forEach(t, func(t *testing.T, s *subject) {
-		var in, peak atomic.Int32
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() {
-				err := s.run(context.Background(), func(ctx context.Context, q txq) error {
-					n := in.Add(1)
-					defer in.Add(-1)
-					for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-					}
-					_, err := q.one(ctx, "SELECT 1")
-					time.Sleep(5 * time.Millisecond)
-					return err
-				}, txretry.WithContentionKeys("k"))
-				if err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		wg.Wait()
-		if peak.Load() != 1 {
-			t.Fatalf("%d calls holding the same key ran at once, want 1", peak.Load())
 		}
 	})
 }

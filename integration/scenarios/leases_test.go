@@ -20,7 +20,7 @@ func TestHotDomainLeasedAcrossReplicas(t *testing.T) {
 	// The lease's lock name: the documented mapping of the domain of the
 	// label "lease-hot".
 	const leaseKey = "\x00domain\x00lease-hot\x00"
-	forEachKeyLockKind(t, func(t *testing.T, k keyLockKind) {
+	forEachReplicaKind(t, func(t *testing.T, k replicaKind) {
 		dsn, paths := replicaPaths(t, k, replicas)
 		ctx := testContext(t)
 		paths[0].setup(t, ctx,

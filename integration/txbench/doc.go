@@ -39,10 +39,6 @@
 //     (WithoutContentionManager): backoff alone.
 //   - txretry-budget: the defaults plus a retry budget per run
 //     (NewRetryBudget(0.2, 10, nil), Finagle's defaults).
-//   - txretry-keys: the defaults plus WithContentionKeys naming the rows
-//     each call writes (the hot row; the two accounts of a transfer).
-//   - txretry-dblocks: txretry-keys plus WithDatabaseKeyLocks, which makes
-//     the keys exclusive across processes through database locks.
 //   - txretry-nolocktimeout: the defaults with WithLockTimeout(0), as they
 //     were before pgxretry bounded lock waits on PostgreSQL by default; on
 //     MySQL and MariaDB, and through database/sql, the same as txretry.

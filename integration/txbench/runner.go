@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -34,8 +33,6 @@ type runner struct {
 	opts func() ([]txretry.Option, error)
 	// loop is the policy of a hand-written loop (kindLoop).
 	loop loopPolicy
-	// keys: each call also names the rows it writes (WithContentionKeys).
-	keys bool
 }
 
 // loopPolicy is a hand-written retry loop: up to attempts attempts, waiting
@@ -50,8 +47,6 @@ var allRunners = []runner{
 	{name: "txretry", kind: kindTxretry},
 	{name: "txretry-nocm", kind: kindTxretry, opts: options(txretry.WithoutContentionManager())},
 	{name: "txretry-budget", kind: kindTxretry, opts: retryBudget(0.2, 10)},
-	{name: "txretry-keys", kind: kindTxretry, keys: true},
-	{name: "txretry-dblocks", kind: kindTxretry, keys: true, opts: options(txretry.WithDatabaseKeyLocks())},
 	{name: "txretry-nolocktimeout", kind: kindTxretry, opts: options(txretry.WithLockTimeout(0))},
 	{name: "txretry-locktimeout", kind: kindTxretry, opts: options(txretry.WithLockTimeout(txretry.DefaultLockTimeout))},
 	{name: "once", kind: kindLoop, loop: loopPolicy{attempts: 1}},
@@ -180,9 +175,6 @@ func (w *worker) call(ctx context.Context, cl callClass, id int64) (outcome, int
 	case kindTxretry:
 		w.attempts, w.finished = 0, false
 		opts := w.opts
-		if w.r.keys {
-			opts = append(slices.Clip(opts), txretry.WithContentionKeys(w.wl.keys(id)...))
-		}
 		var began time.Time
 		err := w.c.runTxretry(ctx, cl, func(ctx context.Context, q querier) error {
 			began = time.Now()

@@ -212,15 +212,6 @@ func (w *workloadRun) classOf(id int64) callClass {
 	return classCold
 }
 
-// keys names the rows call id writes, for WithContentionKeys.
-func (w *workloadRun) keys(id int64) []string {
-	if w.classOf(id) == classHot {
-		return []string{"hot"}
-	}
-	t, _ := w.transferOf(id)
-	return []string{strconv.FormatInt(t.src, 10), strconv.FormatInt(t.dst, 10)}
-}
-
 // body returns the transaction of call id.
 func (w *workloadRun) body(id int64) txBody {
 	if w.classOf(id) == classHot {
