@@ -16,58 +16,36 @@ import (
 // conflict with each other, and leaves every other transaction alone.
 //
 // It keeps one conflict domain per kind of transaction: the calls with one
-// WithLabel name, or, for calls without a label, the calls whose function
-// was written at one place in the source (every closure written there,
-// whatever it captures; an Adapter tells fn through AdapterFunc, and the
-// calls of an adapter that does not share one domain). A domain starts
-// open: its attempts go straight to the database, at the cost of an atomic
-// load, and retry after the backoff. Once more than a tenth of its recent
-// attempts conflict (a moving average over about 64 attempts: seven
-// conflicts in a row), the domain closes a gate: its attempts queue in the
-// order their calls arrived (a retry keeps its call's place, so no call
-// starves), one at a time at first. The gate widens (doubles) after a
-// streak of 16 x width commits, each narrowing doubling the next streak up
-// to 64 times, halves on a conflict while conflicts exceed the tenth, and
-// opens again once it has widened to the manager's maximum. Other domains
+// WithLabel name, or, without a label, the calls whose function was
+// written at one place in the source (an Adapter tells it through
+// AdapterFunc). A domain starts open: its attempts go straight to the
+// database and retry after the backoff. Once more than a tenth of its
+// recent attempts conflict (seven in a row), it closes a gate: its
+// attempts queue in the order their calls arrived, a retry keeping its
+// call's place, one at a time at first, widening while they commit; the
+// gate opens again once it is as wide as the manager allows. Other domains
 // do not queue behind it.
 //
 // A conflict of an attempt that ran alone in its gate came from another
-// process, usually another replica of the service. Such conflicts pace the
-// domain: the caller pauses in its place, for up to 500 µs doubling while
-// they last, at most 100 ms, shrinking by a tenth on lone commits and with
-// the call's age (no pause once it is 200 ms old), so that the processes
-// take turns on the contended rows instead of each keeping an attempt on
-// them.
+// process, usually another replica. It paces the domain (the caller
+// pauses in its place, up to 100 ms) and, where the adapter is an
+// AdapterLease (RunInTx on a *sql.DB with pgx's stdlib driver or
+// go-sql-driver/mysql, pgxretry.RunInTx on a *pgxpool.Pool), makes the
+// domain lease until its gate opens: the process's admitted attempts of
+// the domain run in turns of 10 ms under a database lock
+// (pg_advisory_lock or GET_LOCK, named by a hash of the label and the
+// source location), held on a connection of the pool's own. Replicas share
+// a domain's lease when they run one build or use one label. A pool with
+// no connection to spare, a pooler that moves sessions (PgBouncer), lib/pq
+// or a lease not had within 250 ms leave the domain paced only, for 1 s.
 //
-// Where the adapter can hold a database lock (an AdapterLease: RunInTx on
-// a *sql.DB with pgx's stdlib driver or go-sql-driver/mysql,
-// pgxretry.RunInTx on a *pgxpool.Pool), such a conflict also makes the
-// domain lease, until its gate opens: the process's admitted attempts of
-// the domain run only under its lease, a database lock that the first of
-// them takes on a connection of the pool's own. After 10 ms no new attempt
-// starts under it, and the last one out gives it back (at once when none
-// of the process's attempts of the domain is in or waiting); the next
-// queues for it again. The processes thus take turns in the database's
-// lock queue, a few attempts at a time. The lock is PostgreSQL's
-// pg_advisory_lock, or MySQL's GET_LOCK, of a lock id hashed (FNV-1a 64)
-// from the key made of a NUL byte, "domain", a NUL, the label, a NUL and
-// the source location (empty with a label): replicas share a domain's
-// lease when they run one build or use one label. It costs a connection
-// while held, and nothing to domains without conflicts across processes.
-// A lease not had within 250 ms (its holder stopped, say), a pool with no
-// connection to spare for it beside the attempt's, a handle of one
-// connection, or a pooler that moves sessions (PgBouncer, noticed through
-// the server process the connection announced; lib/pq does not tell it,
-// so it never leases) leaves the domain without a lease for 1 s, paced
-// only. The lease's timing is real time, whatever WithClock says.
-//
-// A caller waits for admission before BEGIN and leaves after COMMIT or
-// ROLLBACK: it never waits while holding a transaction. A nested call
-// inside an attempt that this manager admitted does not queue again.
-// Waiting honours the call's context, its deadline and its time budget. A
-// gate that admits nobody for 200 ms (real time, whatever WithClock says)
-// while callers queue widens by one, so that calls of one domain whose
-// functions wait for each other are not held until their deadlines.
+// A caller waits before BEGIN and leaves after COMMIT or ROLLBACK: it
+// never waits while holding a transaction, and a nested call does not
+// queue again. Waiting honours the call's context and time budget. A gate
+// that admits nobody for 200 ms while callers queue widens by one, so that
+// calls of one domain that wait for each other are not held until their
+// deadlines. The gate's stall, pace and lease run on real time, whatever
+// WithClock says.
 //
 // Two kinds of transaction that conflict with each other (two operations
 // writing one counter, say) are two domains, each gated on its own
@@ -75,10 +53,8 @@ import (
 //
 // A ContentionManager is safe for concurrent use, and its zero value is
 // ready to use, like NewContentionManager(0). By default each database
-// handle (*sql.DB, *sql.Conn, *pgxpool.Pool, *pgx.Conn, an Adapter's
-// Handle) has its own, made on first use and dropped when the handle is
-// garbage collected (see ManagerFor). The design and the measurements
-// behind its constants are in contention.md.
+// handle has its own (see ManagerFor). The design, and the figures behind
+// its constants, are in contention.md.
 type ContentionManager struct {
 	max     int      // a gate this wide opens; 0: DefaultContentionWidth
 	domains sync.Map // cmKey → *cmDomain
@@ -96,14 +72,10 @@ const (
 	// cmMaxDomains bounds the domains of a manager (labels may be made at
 	// run time); the calls of any further domain share one.
 	cmMaxDomains = 1024
-	// cmLockWait: an attempt that lasted at least this long and was then
-	// lost (40001, 40P01, or its caller's context ended) would have lost
-	// no more to the default lock timeout, and likely waited for a lock.
-	// Arming only after a deadlock had ended failed 1.6-4.1% of
-	// ten-account transfers at 4-8 processes, against 0.0-0.1%.
-	cmLockWait = DefaultLockTimeout
-	// cmLockMemory: the lock timeout stays armed this long after the last
-	// such attempt, or the last lock timeout it set off.
+	// An attempt of cmLockWait or more that was lost (40001, 40P01, its
+	// context) arms the default lock timeout for cmLockMemory (see
+	// contention.md, "Deadlocks on PostgreSQL").
+	cmLockWait   = DefaultLockTimeout
 	cmLockMemory = time.Minute
 )
 

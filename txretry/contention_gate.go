@@ -14,48 +14,22 @@ import (
 	"time"
 )
 
-// The gate's tuning, chosen with txbench (see contention.md).
+// The gate's tuning; contention.md gives the figure that chose each.
 const (
-	// cmAlpha is the weight of one attempt in a domain's moving average of
-	// conflicts: seven conflicts in a row close a gate. At 1/16 (two in a
-	// row) PostgreSQL's SERIALIZABLE transfers among 100,000 accounts,
-	// whose rare conflicts come in clusters, closed their gate now and
-	// then: 1.3-4.1 ms of mean queueing per call, against none at 1/64.
-	cmAlpha = 1.0 / 64
-	// cmMaxRate: a domain whose moving average of conflicts exceeds it
-	// closes its gate, and a conflict above it halves the width. Below
-	// it a conflict only restarts the streak: InnoDB's transfers among
-	// ten accounts commit most at widths 2-3 with 8% of attempts
-	// deadlocked.
-	cmMaxRate = 1.0 / 10
-	// cmStreak commits per unit of width, without a conflict, double the
-	// width; each narrowing in a row doubles that, up to 2^cmMaxFails.
-	cmStreak   = 16
-	cmMaxFails = 6
-	// cmStall: a gate that admits nobody for this long while callers
-	// queue widens by one. Longer than the longest pause, which holds
-	// the gate still on purpose.
-	cmStall = 2 * cmMaxPace
-	// A pace is at least cmMinPace and at most cmMaxPace; a call
-	// cmPacePatience old no longer pauses; a lone commit keeps
-	// cmPaceDecay of the pace.
-	cmMinPace      = 500 * time.Microsecond
-	cmMaxPace      = 100 * time.Millisecond
-	cmPacePatience = 200 * time.Millisecond
-	cmPaceDecay    = 0.9
-	// cmLeaseTurn: no new attempt starts under a process's lease on a
-	// domain after this long. With turns around whole calls at 4 and 8
-	// processes on PostgreSQL's hot row, 10 ms gave a p99 of 46-88 ms and
-	// 40 ms one of 132-296 ms, at 0.74-0.75 and 0.75-0.83x serial.
-	cmLeaseTurn = 10 * time.Millisecond
-	// cmLeaseRest: after the adapter could not lease (no connection to
-	// spare, a pooler) or the lease was not had within cmLeaseWait (its
-	// holder stopped, say), the domain goes without a lease this long:
-	// one failed try a second is cheap, and a passing miss costs little.
-	cmLeaseRest = time.Second
-	// cmLeaseWait is longer than the turns of 8 processes and their
-	// handoffs, and bounds what a stopped holder costs each process.
-	cmLeaseWait = 250 * time.Millisecond
+	cmAlpha    = 1.0 / 64      // weight of one attempt in the moving average of conflicts
+	cmMaxRate  = 1.0 / 10      // above this rate a conflict closes the gate or halves it
+	cmStreak   = 16            // commits per unit of width that double the width...
+	cmMaxFails = 6             // ...times 2^narrowings in a row, up to 2^cmMaxFails
+	cmStall    = 2 * cmMaxPace // a gate that admits nobody this long widens by one
+
+	cmMinPace      = 500 * time.Microsecond // a pace doubles from here...
+	cmMaxPace      = 100 * time.Millisecond // ...up to here
+	cmPacePatience = 200 * time.Millisecond // a call this old no longer pauses
+	cmPaceDecay    = 0.9                    // a lone commit keeps this much of the pace
+
+	cmLeaseTurn = 10 * time.Millisecond  // no new attempt starts under a lease this old
+	cmLeaseWait = 250 * time.Millisecond // longest wait for a lease
+	cmLeaseRest = time.Second            // how long a domain goes without, after no lease
 )
 
 // arrivals numbers calls at their first wait at a gate: a retry goes
@@ -453,14 +427,9 @@ func (d *cmDomain) learnLocked(conflict bool, maxWidth int) {
 }
 
 // paceLocked learns from an attempt that no other attempt of this domain
-// overlapped. A conflict there doubles the pace (from cmMinPace up to
-// cmMaxPace) and returns a pause of up to the pace, jittered, shrinking
-// with the call's age, during which the caller keeps its place: the
-// process steps back from the contended rows while its callers stay in
-// order. Without the patience the process that commits would keep
-// committing, since its next attempt starts while the others pause. A
-// lone commit multiplies the pace by cmPaceDecay, to none below
-// cmMinPace.
+// overlapped: a conflict doubles the pace and returns a pause of up to it,
+// jittered, shrinking with the call's age, taken in the caller's place; a
+// commit decays the pace.
 func (d *cmDomain) paceLocked(conflict bool, now, since time.Time, rnd func() float64) time.Duration {
 	if !conflict {
 		if d.pace = time.Duration(float64(d.pace) * cmPaceDecay); d.pace < cmMinPace {
