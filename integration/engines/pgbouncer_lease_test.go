@@ -28,7 +28,7 @@ func TestPgBouncerHotDomainGoesWithoutALease(t *testing.T) {
 	for _, ad := range adapters {
 		t.Run(ad.name, func(t *testing.T) {
 			runs := []runner{ad.open(t, b.dsn("default_query_exec_mode", "exec")), ad.open(t, b.dsn("default_query_exec_mode", "exec"))}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			var mu sync.Mutex
 			var errs []error
@@ -38,7 +38,14 @@ func TestPgBouncerHotDomainGoesWithoutALease(t *testing.T) {
 				wg.Go(func() {
 					for i := range 10 {
 						m := transfer{from: 1 + (w+i)%2, to: 1 + (w+i+1)%2, amount: 1}
-						cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+						// The first attempts of all eight workers meet at
+						// once, before the domain is known to conflict, and
+						// wait out PostgreSQL's deadlock detection (1 s) in
+						// turn: one took 3 s on a quiet machine, over 5 s in
+						// CI. After an attempt that long, a 10 s deadline
+						// leaves no room for another as long, and the loop
+						// stops (reason "deadline"); 30 s does.
+						cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 						err := run(cctx, m, txretry.WithIsolation(sql.LevelSerializable), txretry.WithLabel("bouncer-hot"))
 						ccancel()
 						if err != nil {
