@@ -15,41 +15,24 @@ import (
 // ContentionManager spaces out the attempts of the transactions that
 // conflict with each other, and leaves every other transaction alone.
 //
-// It keeps one conflict domain per kind of transaction: the calls with one
-// WithLabel name, or, without a label, the calls whose function was
-// written at one place in the source (an Adapter tells it through
-// AdapterFunc). A domain starts open: its attempts go straight to the
-// database and retry after the backoff. Once more than a tenth of its
-// recent attempts conflict (seven in a row), it closes a gate: its
-// attempts queue in the order their calls arrived, a retry keeping its
-// call's place, one at a time at first, widening while they commit; the
-// gate opens again once it is as wide as the manager allows. Other domains
-// do not queue behind it.
+// It keeps one conflict domain per WithLabel name or, without a label, per
+// place in the source where fn was written (told by AdapterFunc). An open
+// domain's attempts go straight to the database. Once more than a tenth of
+// its recent attempts conflict, it closes a FIFO gate: its attempts queue
+// in the order their calls arrived, a retry keeping its call's place, one
+// at a time at first, widening while they commit, until the gate opens
+// again at the manager's width. A caller waits before BEGIN, never while
+// it holds a transaction, and a nested call does not queue again.
 //
 // A conflict of an attempt that ran alone in its gate came from another
-// process, usually another replica. It paces the domain (the caller
-// pauses in its place, up to 100 ms) and, where the adapter is an
-// AdapterLease (RunInTx on a *sql.DB with pgx's stdlib driver or
-// go-sql-driver/mysql, pgxretry.RunInTx on a *pgxpool.Pool), makes the
-// domain lease until its gate opens: the process's admitted attempts of
-// the domain run in turns of 10 ms under a database lock
-// (pg_advisory_lock or GET_LOCK, named by a hash of the label and the
-// source location), held on a connection of the pool's own. Replicas share
-// a domain's lease when they run one build or use one label. A pool with
-// no connection to spare, a pooler that moves sessions (PgBouncer), lib/pq
-// or a lease not had within 250 ms leave the domain paced only, for 1 s.
+// process: the caller pauses in its place (up to 100 ms), and where the
+// adapter is an AdapterLease the domain's attempts run in turns under a
+// database lock (pg_advisory_lock or GET_LOCK, named by a hash of the
+// domain) until its gate opens. A pooler that moves sessions (PgBouncer),
+// lib/pq or a pool with no connection to spare leave it paced only.
 //
-// A caller waits before BEGIN and leaves after COMMIT or ROLLBACK: it
-// never waits while holding a transaction, and a nested call does not
-// queue again. Waiting honours the call's context and time budget. A gate
-// that admits nobody for 200 ms while callers queue widens by one, so that
-// calls of one domain that wait for each other are not held until their
-// deadlines. The gate's stall, pace and lease run on real time, whatever
-// WithClock says.
-//
-// Two kinds of transaction that conflict with each other (two operations
-// writing one counter, say) are two domains, each gated on its own
-// conflicts: give them one WithLabel to queue them together.
+// Waiting honours the call's context and time budget; the gate's stall,
+// pace and lease run on real time, whatever WithClock says.
 //
 // A ContentionManager is safe for concurrent use, and its zero value is
 // ready to use, like NewContentionManager(0). By default each database

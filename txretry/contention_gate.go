@@ -7,7 +7,6 @@ package txretry
 import (
 	"context"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -81,8 +80,8 @@ type cmWaiter struct {
 	alone   bool   // no other attempt was in when granted
 }
 
-// admission is a call's standing with its manager: its domain's gate, or
-// its keys. The call's loop uses only these three methods.
+// admission is a call's standing with its manager, in its domain. The
+// call's loop uses only these three methods.
 type admission interface {
 	// enter waits until the call's next attempt may begin, or ctx ends,
 	// or limit (real time; negative: none) passes; waited says whether
@@ -330,27 +329,17 @@ func (d *cmDomain) grantLocked() {
 	}
 }
 
-func (t *cmTurn) done(conflict bool, now time.Time) (time.Duration, bool) {
-	pause, spaced, release := t.end(conflict, now)
-	if release != nil {
-		release()
-	}
-	return pause, spaced
-}
-
-func (t *cmTurn) end(conflict bool, now time.Time) (time.Duration, bool, func()) {
+func (t *cmTurn) done(conflict bool, now time.Time) (pause time.Duration, spaced bool) {
 	d := t.d
 	if t.counted {
 		d.inflight.Add(-1)
 		t.counted = false
 		if !conflict { // went straight in and committed: no lock
 			d.commits.Add(1)
-			return 0, false, nil
+			return 0, false
 		}
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	var pause time.Duration
 	if t.admit != 0 {
 		if t.alone && t.admit == d.admits {
 			// No other attempt of this process overlapped: a conflict
@@ -365,7 +354,13 @@ func (t *cmTurn) end(conflict bool, now time.Time) (time.Duration, bool, func())
 	}
 	d.learnLocked(conflict, t.max)
 	d.grantLocked()
-	return pause, d.gated.Load(), t.leaveLeaseLocked()
+	spaced = d.gated.Load()
+	release := t.leaveLeaseLocked()
+	d.mu.Unlock()
+	if release != nil {
+		release()
+	}
+	return pause, spaced
 }
 
 func (t *cmTurn) cancel() {
@@ -438,9 +433,6 @@ func (d *cmDomain) paceLocked(conflict bool, now, since time.Time, rnd func() fl
 		return 0
 	}
 	d.pace = min(max(2*d.pace, cmMinPace), cmMaxPace)
-	if rnd == nil {
-		rnd = rand.Float64
-	}
 	p := float64(d.pace) * rnd() * max(0, 1-float64(now.Sub(since))/float64(cmPacePatience))
 	return max(time.Duration(p), 1) // 1: at once, in its place
 }

@@ -210,7 +210,7 @@ func (c *call) loop(ctx context.Context) error {
 		}
 		if attempt > 1 && c.pastDeadline(0) {
 			// Admitted too late: the wait for admission ran on while
-			// another call held the gate or a key.
+			// other calls held the gate.
 			if c.adm != nil {
 				c.adm.cancel()
 			}

@@ -42,12 +42,10 @@ func id(key string) int64 {
 // are visible to every session.
 func name(id int64) string { return fmt.Sprintf("txretry:%016x", uint64(id)) }
 
-// lockQuery is the statement that takes the lock id, waiting at most until
-// deadline (zero: no deadline). It returns one row: 1 when the lock was
-// taken (MySQL: 0 when the wait timed out; PostgreSQL: NULL when the
-// statement does not run in the server process pid, which the connection
-// announced at startup, as behind PgBouncer, which announces one of its
-// own), and the session's id.
+// lockQuery takes the lock id, waiting at most until deadline (zero: none).
+// Its row: 1 when taken (MySQL: 0 when the wait timed out; PostgreSQL:
+// NULL when not run in the process pid that the connection announced, as
+// behind PgBouncer), and the session's id.
 func lockQuery(d Dialect, id int64, deadline, now time.Time, pid uint32) string {
 	if d == MySQL {
 		return "SELECT CASE WHEN GET_LOCK('" + name(id) + "', " + mysqlTimeout(deadline, now) +
@@ -58,10 +56,8 @@ func lockQuery(d Dialect, id int64, deadline, now time.Time, pid uint32) string 
 }
 
 // mysqlTimeout is GET_LOCK's timeout in seconds: what is left until the
-// deadline (at least a millisecond, since 0 means "do not wait"), or a
-// year without one. The driver's cancellation closes the connection, which
-// a server waiting in GET_LOCK does not notice; the timeout ends the wait
-// on the server's side too.
+// deadline (at least 1 ms: 0 does not wait), or a year. It ends the wait on
+// the server, which does not notice the driver closing the connection.
 func mysqlTimeout(deadline, now time.Time) string {
 	if deadline.IsZero() {
 		return "31536000"
@@ -102,12 +98,10 @@ type Conn interface {
 // releaseTimeout bounds the release statement (txretry.DefaultCommitTimeout).
 const releaseTimeout = 10 * time.Second
 
-// Lock takes the exclusive lock of key on c in dialect d, waiting no longer
-// than ctx (the driver cancels the statement; GET_LOCK also gets ctx's
-// deadline as its timeout); pid is c's server process id as announced at
-// startup (PostgreSQL). It returns the lock's release, which unlocks it
-// and gives c back, or discards c when the unlock fails or finds the lock
-// gone. On failure c is discarded.
+// Lock takes the exclusive lock of key on c, waiting no longer than ctx;
+// pid is c's server process as announced at startup (PostgreSQL). Its
+// release unlocks and gives c back, or discards c when the unlock fails or
+// finds the lock gone. On failure c is discarded.
 func Lock(ctx context.Context, c Conn, d Dialect, pid uint32, key string) (release func(), err error) {
 	id := id(key)
 	deadline, _ := ctx.Deadline()
