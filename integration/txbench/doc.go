@@ -26,7 +26,17 @@
 //     row's transaction with probability 10% and otherwise a transfer over
 //     100,000 accounts; the two classes reach txretry through two distinct fn
 //     literals, with no label. Below the table, per class (hot, cold): goodput,
-//     fail%, p99 and the mean Queued of txretry's CallFinished events.
+//     fail%, p99, busy (the class's calls in flight on average: their summed
+//     latency over the run's length) and the mean Queued of txretry's
+//     CallFinished events. Each worker runs its calls in turn, so a worker
+//     held by a hot call runs no cold one: the cold goodput follows how fast
+//     the hot calls end (about 9 cold calls per hot call, whether it commits
+//     or fails), and by Little's law the cold p99 grows with the cold busy.
+//   - split: the calls of mixed, each class from workers of its own: 10% of
+//     the workers (at least one; 3 of 32, the 11th, 22nd and 32nd, so in
+//     different processes under -procs) run only the hot row's transaction,
+//     the others only transfers. The cold figures no longer depend on the
+//     hot calls' pace, only on what they cost the database and the manager.
 //
 // The random choices of every worker (accounts, amounts, classes) are
 // generated before the run, identically for every runner of the same repeat.
@@ -119,8 +129,8 @@
 //     been reported committed or uncertain. hot: the counter equals the number
 //     of logged calls. transfers: the sum of balances is unchanged, and every
 //     balance equals its initial value plus the logged transfers, whose
-//     accounts and amounts match the calls that made them. mixed: both, each
-//     log holding only calls of its class.
+//     accounts and amounts match the calls that made them. mixed and split:
+//     both, each log holding only calls of its class.
 //
 // # Flags
 //
@@ -131,7 +141,7 @@
 //	-duration d       length of one run (default 10s)
 //	-deadline d       deadline of one call (default 1s)
 //	-repeat n         runs per runner (default 3)
-//	-workload list    comma list of hot, transfer10, transfer10k, mixed (default all)
+//	-workload list    comma list of hot, transfer10, transfer10k, mixed, split (default all)
 //	-runners list     comma list of runners (default all)
 //	-driver list      comma list of pgx, mysql, pgxstdlib (default pgx,mysql)
 //	-pg-dsn, -mysql-dsn  override TXRETRY_PG_DSN, TXRETRY_MYSQL_DSN

@@ -95,6 +95,37 @@ func TestMixedClassChoice(t *testing.T) {
 	}
 }
 
+// In the split workload each worker runs one class only: 10% of the
+// workers (at least one), spread over the indexes so that a spread over
+// processes gives them to different processes, run only hot calls.
+func TestSplitWorkersKeepTheirClass(t *testing.T) {
+	ws, ok := find(allWorkloads, func(w workloadSpec) bool { return w.name == "split" })
+	if !ok || !ws.mixed() || !ws.split || ws.accounts != 100_000 || ws.hotPct != 10 {
+		t.Fatalf("split workload: %+v", ws)
+	}
+	for _, tc := range []struct {
+		workers int
+		hot     []int
+	}{{32, []int{10, 21, 31}}, {8, []int{7}}, {1, []int{0}}, {100, []int{9, 19, 29, 39, 49, 59, 69, 79, 89, 99}}} {
+		w := newWorkloadRun(ws, allDrivers[0], tc.workers, 1)
+		var hot []int
+		for worker := range tc.workers {
+			cl := w.classOf(callID(worker, 0))
+			for seq := range ringSize {
+				if w.classOf(callID(worker, seq)) != cl {
+					t.Fatalf("%d workers: worker %d changes class at call %d", tc.workers, worker, seq)
+				}
+			}
+			if cl == classHot {
+				hot = append(hot, worker)
+			}
+		}
+		if !slices.Equal(hot, tc.hot) {
+			t.Errorf("%d workers: hot workers %v, want %v", tc.workers, hot, tc.hot)
+		}
+	}
+}
+
 // txretry keys its contention control on the code pointer of the fn it is
 // given: each class reaches it through a fn of its own, and every call of a
 // class through the same one, on both kinds of driver.
@@ -129,8 +160,8 @@ func TestEachClassHasItsOwnFn(t *testing.T) {
 }
 
 // Each class's calls are counted apart, survive the children's JSON reports
-// and merge; the per-class metrics are their goodput, failed calls, p99 and
-// mean queue time, "-" without calls or without txretry's events.
+// and merge; the per-class metrics are their goodput, failed calls, p99,
+// calls in flight and mean queue time, "-" without calls or without txretry's events.
 func TestPerClassStats(t *testing.T) {
 	base := time.Unix(1000, 0)
 	end := base.Add(10 * time.Second)
@@ -177,8 +208,8 @@ func TestPerClassStats(t *testing.T) {
 		_, r.classP99[i], _ = percentiles(r.st.classes[i].Lat)
 	}
 	want := map[string]float64{
-		"hot_goodput_tps": 0.1, "hot_fail_pct": 25, "hot_p99_ms": 1500, "hot_queue_ms": 6,
-		"cold_goodput_tps": 10, "cold_fail_pct": 0, "cold_p99_ms": 99, "cold_queue_ms": 1,
+		"hot_goodput_tps": 0.1, "hot_fail_pct": 25, "hot_p99_ms": 1500, "hot_busy": 0.351, "hot_queue_ms": 6,
+		"cold_goodput_tps": 10, "cold_fail_pct": 0, "cold_p99_ms": 99, "cold_busy": 0.505, "cold_queue_ms": 1,
 	}
 	for col, v := range want {
 		if got := metricByCol(col).get(&r, refRuns{}); math.Abs(got-v) > 1e-9 {
@@ -188,7 +219,7 @@ func TestPerClassStats(t *testing.T) {
 	peer := r
 	peer.st.classes[classHot].Finished, peer.st.classes[classHot].Queued = 0, 0
 	peer.st.classes[classCold] = classStats{}
-	for _, col := range []string{"hot_queue_ms", "cold_goodput_tps", "cold_fail_pct", "cold_p99_ms", "cold_queue_ms"} {
+	for _, col := range []string{"hot_queue_ms", "cold_goodput_tps", "cold_fail_pct", "cold_p99_ms", "cold_busy", "cold_queue_ms"} {
 		if m := metricByCol(col); m.format(m.get(&peer, refRuns{})) != "-" {
 			t.Errorf("%s without calls or events: %v, want -", col, m.get(&peer, refRuns{}))
 		}
@@ -244,12 +275,12 @@ func TestPerClassReport(t *testing.T) {
 	}
 	table := buf.String()
 	mixed, hotSection, _ := strings.Cut(table[strings.Index(table, "== mixed"):], "== hot")
-	for _, want := range []string{"by class:", "hot/s", "hot fail%", "hot p99 ms", "hot queue ms", "cold/s", "cold queue ms"} {
+	for _, want := range []string{"by class:", "hot/s", "hot fail%", "hot p99 ms", "hot busy", "hot queue ms", "cold/s", "cold busy", "cold queue ms"} {
 		if !strings.Contains(mixed, want) {
 			t.Errorf("mixed table lacks %q:\n%s", want, table)
 		}
 	}
-	for _, re := range []string{`txretry +4 +32 +2 +50\.0 +200 +2\.00 +18 +0\.0 +20\.0 +0\.00`, `cenkalti +1 +32 +2 +50\.0 +200 +- +18 +0\.0 +20\.0 +-`} {
+	for _, re := range []string{`txretry +4 +32 +2 +50\.0 +200 +0\.0 +2\.00 +18 +0\.0 +20\.0 +0\.0 +0\.00`, `cenkalti +1 +32 +2 +50\.0 +200 +0\.0 +- +18 +0\.0 +20\.0 +0\.0 +-`} {
 		if !matchLine(mixed, re) {
 			t.Errorf("mixed table has no line matching %q:\n%s", re, mixed)
 		}

@@ -72,7 +72,8 @@ var metrics = append([]metric{
 }, classMetrics()...)
 
 // classMetrics returns, for each class of calls, its goodput, failed calls,
-// p99 and mean queue time (NaN without a call of the class; the queue time
+// p99, mean calls in flight (busy: by Little's law, at a given goodput
+// latency grows with it) and mean queue time (NaN without a call of the class; the queue time
 // NaN for runners without txretry's events).
 func classMetrics() []metric {
 	var out []metric
@@ -95,6 +96,9 @@ func classMetrics() []metric {
 			})},
 			metric{col: name + "_p99_ms", head: name + " p99 ms", class: true, digit: -1, get: per(func(r *runResult, _ *classStats) float64 {
 				return ms(r.classP99[cl])
+			})},
+			metric{col: name + "_busy", head: name + " busy", class: true, digit: 1, get: per(func(r *runResult, c *classStats) float64 {
+				return c.Busy.Seconds() / r.duration.Seconds()
 			})},
 			metric{col: name + "_queue_ms", head: name + " queue ms", class: true, digit: -1, get: per(func(_ *runResult, c *classStats) float64 {
 				if c.Finished == 0 {
@@ -378,7 +382,7 @@ func writeTable(w io.Writer, cfg *config, sums []summary, ref string) error {
 		}
 		if isMixed(group[0].workload) {
 			fmt.Fprintln(bw, "  by class: hot = the hot row's read-then-write, cold = transfers; goodput, failed calls and p99 of "+
-				"the class's calls, queue = mean time txretry's calls waited for admission")
+				"the class's calls, busy = their mean number in flight, queue = mean time txretry's calls waited for admission")
 			rows := [][]string{{"runner", "procs", "wk"}}
 			for _, m := range perClass {
 				rows[0] = append(rows[0], m.head)

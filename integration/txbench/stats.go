@@ -57,6 +57,9 @@ type classStats struct {
 	Calls      int64
 	InDeadline int64 // as stats.inDeadline
 	Failed     int64 // exhausted, deadline, uncertain or other, within the run
+	// Busy sums the calls' latencies (cut at the end of the run): over the
+	// run's length, the mean number of the class's calls in flight.
+	Busy time.Duration
 	// Finished counts the txretry calls whose CallFinished event was
 	// observed, and Queued sums those events' Queued: the time the calls
 	// waited for the contention manager's admission.
@@ -69,6 +72,7 @@ func (c *classStats) merge(o *classStats) {
 	c.Calls += o.Calls
 	c.InDeadline += o.InDeadline
 	c.Failed += o.Failed
+	c.Busy += o.Busy
 	c.Finished += o.Finished
 	c.Queued += o.Queued
 }
@@ -98,11 +102,13 @@ func (s *stats) record(id int64, cl callClass, out outcome, attempts int, start,
 		s.cut++
 		s.lat = append(s.lat, end.Sub(start))
 		cs.Lat = append(cs.Lat, end.Sub(start))
+		cs.Busy += end.Sub(start)
 		return
 	}
 	lat := fin.Sub(start)
 	s.lat = append(s.lat, lat)
 	cs.Lat = append(cs.Lat, lat)
+	cs.Busy += lat
 	switch out {
 	case outCommitted:
 		if lat <= deadline {

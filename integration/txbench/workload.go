@@ -16,6 +16,10 @@ type workloadSpec struct {
 	// hotPct is the percentage of the calls of a workload with accounts
 	// that run the hot row's transaction instead of a transfer (mixed).
 	hotPct int
+	// split: hotPct of the workers (at least one) run only the hot row's
+	// transaction and the others only transfers, instead of every worker
+	// drawing each call's class.
+	split bool
 }
 
 var allWorkloads = []workloadSpec{
@@ -23,6 +27,16 @@ var allWorkloads = []workloadSpec{
 	{name: "transfer10", accounts: 10},
 	{name: "transfer10k", accounts: 10_000},
 	{name: "mixed", accounts: 100_000, hotPct: 10},
+	{name: "split", accounts: 100_000, hotPct: 10, split: true},
+}
+
+// hotWorker reports whether worker i of n runs only hot calls in a split
+// workload of hotPct: the workers where i·hotPct/100 passes a whole number,
+// spread over the indexes and so over the processes (3 of 32 at 10%: 10,
+// 21 and 31), at least one.
+func hotWorker(i, n, hotPct int) bool {
+	k := max(1, n*hotPct/100)
+	return (i+1)*k/n > i*k/n
 }
 
 // hasHot reports whether some calls of the workload run on the hot row.
@@ -146,8 +160,9 @@ func newWorkloadRun(spec workloadSpec, ds driverSpec, workers int, seed uint64) 
 	for i := range w.rings {
 		rnd := rand.New(rand.NewPCG(seed, uint64(i)))
 		ring := make([]transfer, ringSize)
+		hotOnly := spec.split && hotWorker(i, workers, spec.hotPct)
 		for j := range ring {
-			if spec.hotPct > 0 && rnd.IntN(100) < spec.hotPct {
+			if hotOnly || !spec.split && spec.hotPct > 0 && rnd.IntN(100) < spec.hotPct {
 				ring[j] = transfer{hot: true}
 				continue
 			}
