@@ -109,11 +109,13 @@ type AdapterCheckTxOptions interface {
 type AdapterLease interface {
 	// Lease takes the exclusive database lock named by key, on a
 	// connection that it keeps from the handle's pool until release is
-	// called, waiting no longer than ctx. It returns an error at once
-	// when it cannot (an unknown driver, a handle of one connection, a
-	// pool with no connection to spare, a pooler that moves sessions).
-	// release gives the lock and the connection back; it does not block
-	// longer than a statement.
+	// called, waiting no longer than ctx; the lock must not outlive
+	// release on a session that a pooler lends to others (the built-in
+	// adapters hold it in a transaction of its own). It returns an error
+	// at once when it cannot (an unknown driver, a handle of one
+	// connection, a pool with no connection to spare). release gives the
+	// lock and the connection back; it does not block longer than a
+	// statement.
 	Lease(ctx context.Context, key string) (release func(), err error)
 }
 

@@ -27,9 +27,9 @@ import (
 // A conflict of an attempt that ran alone in its gate came from another
 // process: the caller pauses in its place (up to 100 ms), and where the
 // adapter is an AdapterLease the domain's attempts run in turns under a
-// database lock (pg_advisory_lock or GET_LOCK, named by a hash of the
-// domain) until its gate opens. A pooler that moves sessions (PgBouncer),
-// lib/pq or a pool with no connection to spare leave it paced only.
+// database lock (pg_advisory_xact_lock or GET_LOCK, named by a hash of the
+// domain, in a transaction of its own) until its gate opens. A pool with
+// no connection to spare leaves it paced only.
 //
 // Waiting honours the call's context and time budget; the gate's stall,
 // pace and lease run on real time, whatever WithClock says.

@@ -3,15 +3,13 @@ package txretry
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 
 	"github.com/txretry/txretry/txretry/internal/dblock"
 )
 
-// Lease holds the exclusive database lock of key on a connection of the
-// *sql.DB's own, for the contention manager (see AdapterLease): with pgx's
-// stdlib driver on PostgreSQL (whose connections tell their server
-// process, so that a pooler is noticed) and with go-sql-driver/mysql.
+// Lease holds the exclusive database lock of key in a transaction of its
+// own on the *sql.DB, for the contention manager (see AdapterLease): on
+// PostgreSQL (pg_advisory_xact_lock) and MySQL/MariaDB (GET_LOCK).
 func (a sqlAdapter) Lease(ctx context.Context, key string) (func(), error) {
 	db, ok := a.db.(*sql.DB)
 	if !ok {
@@ -21,36 +19,21 @@ func (a sqlAdapter) Lease(ctx context.Context, key string) (func(), error) {
 	if s := db.Stats(); err != nil || s.MaxOpenConnections > 0 && s.InUse+2 > s.MaxOpenConnections {
 		return nil, dblock.ErrNoLease // the lease and the attempt need a connection each
 	}
-	conn, err := db.Conn(ctx)
+	// Without ctx's cancellation: database/sql would roll the transaction
+	// back when ctx ends, and ctx bounds only the wait for the lock.
+	tx, err := db.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		return nil, err
 	}
-	var pid uint32
-	if d == dblock.Postgres {
-		_ = conn.Raw(func(dc any) error { pid = dblock.BackendPID(dc); return nil })
-		if pid == 0 { // lib/pq: a pooler would go unnoticed
-			_ = conn.Close()
-			return nil, dblock.ErrNoLease
-		}
-	}
-	return dblock.Lock(ctx, sqlLockConn{conn}, d, pid, key)
+	return dblock.Lock(ctx, sqlLockTx{tx}, d, key)
 }
 
-// sqlLockConn is the connection a lease is held on.
-type sqlLockConn struct{ conn *sql.Conn }
+// sqlLockTx is the transaction a lease is held in.
+type sqlLockTx struct{ tx *sql.Tx }
 
-func (c sqlLockConn) Row(ctx context.Context, query string) (a, b int64, err error) {
-	var n sql.NullInt64
-	err = c.conn.QueryRowContext(ctx, query).Scan(&n, &b)
-	if !n.Valid {
-		n.Int64 = -1
-	}
-	return n.Int64, b, err
+func (t sqlLockTx) Int(ctx context.Context, query string) (n int64, err error) {
+	err = t.tx.QueryRowContext(ctx, query).Scan(&n)
+	return n, err
 }
 
-func (c sqlLockConn) Discard() {
-	_ = c.conn.Raw(func(any) error { return driver.ErrBadConn })
-	_ = c.conn.Close()
-}
-
-func (c sqlLockConn) Done() { _ = c.conn.Close() }
+func (t sqlLockTx) End() { _ = t.tx.Rollback() }

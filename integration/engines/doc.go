@@ -4,7 +4,7 @@
 // node killed under load, commits lost on a dying node, the commit-marker
 // verifier on another node),
 // PgBouncer in transaction pooling mode (pgx query modes, both built-in
-// verifiers through the pooler, the contention lease kept off) and TiDB (pessimistic deadlocks, optimistic
+// verifiers and the contention lease through the pooler) and TiDB (pessimistic deadlocks, optimistic
 // conflicts and schema changes at COMMIT, lost commits, the commit-marker
 // verifier in both transaction modes).
 //

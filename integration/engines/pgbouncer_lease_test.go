@@ -7,21 +7,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/txretry/txretry/txretry"
 )
 
-// TestPgBouncerHotDomainGoesWithoutALease shows that the contention
-// manager's lease stays off behind PgBouncer in transaction pooling mode,
-// where a session advisory lock would stay on a server session that the
-// next client borrows, held by nobody. Two pools through PgBouncer stand
-// for two replicas whose transfers between two accounts conflict, which
-// makes their domain want a lease. PgBouncer announces a backend process id
-// of its own at startup, and the lease's lock statement locks only when
-// pg_backend_pid() is that id: no lock is ever taken, the domain goes
-// without a lease, and every call commits. (Had the statement locked
-// anyway, a lock left on a server session would hold the next lease's
-// takers until their 250 ms wait ends, and stay in pg_locks.)
-func TestPgBouncerHotDomainGoesWithoutALease(t *testing.T) {
+// TestPgBouncerHotDomainLeasedThroughThePooler shows that the contention
+// manager's lease works behind PgBouncer in transaction pooling mode: its
+// lock is PostgreSQL's transaction-scoped advisory lock, held in a
+// transaction of its own, so it lives on one server session for exactly
+// as long as that transaction and cannot stay behind on a session that the
+// next client borrows. Two pools through PgBouncer stand for two replicas
+// whose transfers between two accounts conflict, which makes their domain
+// take turns through the lease: the lease's lock is seen held while they
+// run, every call commits, and none is left afterwards.
+func TestPgBouncerHotDomainLeasedThroughThePooler(t *testing.T) {
 	checkLeaks(t)
 	b := newBouncer(t)
 	b.createBank(t, 2, 1000)
@@ -33,6 +33,7 @@ func TestPgBouncerHotDomainGoesWithoutALease(t *testing.T) {
 			var mu sync.Mutex
 			var errs []error
 			var wg sync.WaitGroup
+			seen := b.watchAdvisoryLocks(t, ctx)
 			for w := range 8 {
 				run := runs[w%2]
 				wg.Go(func() {
@@ -57,6 +58,9 @@ func TestPgBouncerHotDomainGoesWithoutALease(t *testing.T) {
 				})
 			}
 			wg.Wait()
+			if !seen() {
+				t.Error("no replica ever held the domain's lease")
+			}
 			for _, err := range errs[:min(len(errs), 3)] {
 				t.Errorf("call failed: %v", err)
 			}
@@ -70,10 +74,47 @@ func TestPgBouncerHotDomainGoesWithoutALease(t *testing.T) {
 	}
 }
 
+// watchAdvisoryLocks polls the server directly for a granted advisory lock
+// in the test's database until ctx ends or the returned function is
+// called, which reports whether one was seen.
+func (b *bouncer) watchAdvisoryLocks(t *testing.T, ctx context.Context) (seen func() bool) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, b.direct)
+	if err != nil {
+		t.Fatalf("connect to PostgreSQL: %v", err)
+	}
+	stop := make(chan struct{})
+	found := make(chan bool, 1)
+	go func() {
+		defer conn.Close(context.Background())
+		for {
+			var n int
+			err := conn.QueryRow(ctx, advisoryLocksQuery).Scan(&n)
+			select {
+			case <-stop:
+				found <- false
+				return
+			default:
+			}
+			if err == nil && n > 0 {
+				found <- true
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return func() bool {
+		close(stop)
+		return <-found
+	}
+}
+
+const advisoryLocksQuery = `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
 // advisoryLocks counts the advisory locks held in the test's database,
 // read directly from the server.
 func (b *bouncer) advisoryLocks(t *testing.T) int {
 	t.Helper()
-	return b.scalar(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
-		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+	return b.scalar(t, advisoryLocksQuery)
 }

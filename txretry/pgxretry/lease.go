@@ -4,42 +4,37 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txretry/txretry/txretry/internal/dblock"
 )
 
-// Lease holds the exclusive advisory lock of key on a connection of the
-// pool's own, for the contention manager (see txretry.AdapterLease).
+// Lease holds the exclusive advisory lock of key in a transaction of its
+// own on the pool, for the contention manager (see txretry.AdapterLease).
 func (a adapter) Lease(ctx context.Context, key string) (func(), error) {
 	p, ok := a.db.(*pgxpool.Pool)
 	if !ok || p.Stat().AcquiredConns()+2 > p.Stat().MaxConns() {
 		return nil, dblock.ErrNoLease // the lease and the attempt need a connection each
 	}
-	pc, err := p.Acquire(ctx)
+	tx, err := p.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return dblock.Lock(ctx, lockConn{pc}, dblock.Postgres, pc.Conn().PgConn().PID(), key)
+	return dblock.Lock(ctx, lockTx{tx}, dblock.Postgres, key)
 }
 
-// lockConn is the connection a lease is held on.
-type lockConn struct{ pc *pgxpool.Conn }
+// lockTx is the transaction a lease is held in.
+type lockTx struct{ tx pgx.Tx }
 
-func (c lockConn) Row(ctx context.Context, query string) (a, b int64, err error) {
-	var n *int64
-	err = c.pc.QueryRow(ctx, query).Scan(&n, &b)
-	if n == nil {
-		return -1, b, err
-	}
-	return *n, b, err
+func (t lockTx) Int(ctx context.Context, query string) (n int64, err error) {
+	err = t.tx.QueryRow(ctx, query).Scan(&n)
+	return n, err
 }
 
-func (c lockConn) Discard() {
+// End rolls back; pgx closes a connection whose rollback fails.
+func (t lockTx) End() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_ = c.pc.Conn().Close(ctx)
-	cancel()
-	c.pc.Release()
+	defer cancel()
+	_ = t.tx.Rollback(ctx)
 }
-
-func (c lockConn) Done() { c.pc.Release() }

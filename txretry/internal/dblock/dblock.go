@@ -1,7 +1,7 @@
 // Package dblock holds the SQL that txretry's adapters share: the database
 // lock of the contention manager's lease (Lock) and PostgreSQL's lock
 // timeout. It knows SQL text, not drivers: each adapter runs the
-// statements on its own connection (Conn).
+// statements in a transaction of its own (Tx).
 package dblock
 
 import (
@@ -42,17 +42,15 @@ func id(key string) int64 {
 // are visible to every session.
 func name(id int64) string { return fmt.Sprintf("txretry:%016x", uint64(id)) }
 
-// lockQuery takes the lock id, waiting at most until deadline (zero: none).
-// Its row: 1 when taken (MySQL: 0 when the wait timed out; PostgreSQL:
-// NULL when not run in the process pid that the connection announced, as
-// behind PgBouncer), and the session's id.
-func lockQuery(d Dialect, id int64, deadline, now time.Time, pid uint32) string {
+// lockQuery takes the lock id, waiting at most until deadline (zero: none);
+// its one value is 1 when taken (MySQL: 0 when the wait timed out).
+// PostgreSQL's lock is the transaction's, so that it ends with it even
+// behind a pooler that hands the server session on (PgBouncer).
+func lockQuery(d Dialect, id int64, deadline, now time.Time) string {
 	if d == MySQL {
-		return "SELECT CASE WHEN GET_LOCK('" + name(id) + "', " + mysqlTimeout(deadline, now) +
-			") = 1 THEN 1 ELSE 0 END, CONNECTION_ID()"
+		return "SELECT CASE WHEN GET_LOCK('" + name(id) + "', " + mysqlTimeout(deadline, now) + ") = 1 THEN 1 ELSE 0 END"
 	}
-	return "SELECT CASE WHEN pg_backend_pid() = " + strconv.FormatUint(uint64(pid), 10) +
-		" THEN CASE WHEN pg_advisory_lock(" + strconv.FormatInt(id, 10) + ")::text IS NOT NULL THEN 1 END END, pg_backend_pid()"
+	return "SELECT 1 FROM pg_advisory_xact_lock(" + strconv.FormatInt(id, 10) + ")"
 }
 
 // mysqlTimeout is GET_LOCK's timeout in seconds: what is left until the
@@ -66,67 +64,48 @@ func mysqlTimeout(deadline, now time.Time) string {
 	return strconv.FormatFloat(math.Ceil(s*1000)/1000, 'f', 3, 64)
 }
 
-// unlockQuery is the statement that releases id; it returns one row: 1 if
-// the session held it, and the session's id.
-func unlockQuery(d Dialect, id int64) string {
-	if d == MySQL {
-		return "SELECT COALESCE(RELEASE_LOCK('" + name(id) + "'), 0), CONNECTION_ID()"
-	}
-	return "SELECT pg_advisory_unlock(" + strconv.FormatInt(id, 10) + ")::int, pg_backend_pid()"
-}
-
-// ErrNoLease: the handle cannot lease now (no connection to spare, a
-// driver that hides its server process); the domain goes without.
+// ErrNoLease: the handle cannot lease now (no connection to spare beside
+// the attempt's, or a database whose locks are not known); the domain goes
+// without.
 var ErrNoLease = errors.New("txretry: no lease on this handle")
 
-// ErrNotSession: the lock statement ran in another server session than the
-// connection's own, as behind PgBouncer, which cannot keep session locks.
-var ErrNotSession = errors.New("txretry: a database lock needs a server session of its own")
-
-// Conn is a connection taken from a pool to hold a lock.
-type Conn interface {
-	// Row runs a statement returning one row of two integers; a NULL
-	// first column reads as -1.
-	Row(ctx context.Context, query string) (a, b int64, err error)
-	// Discard closes the connection and drops it from its pool, which
-	// ends its session and with it the session's locks.
-	Discard()
-	// Done gives the connection back to its pool.
-	Done()
+// Tx is a transaction, on a connection of its own, that holds a lock.
+type Tx interface {
+	// Int runs a statement whose result is one integer.
+	Int(ctx context.Context, query string) (int64, error)
+	// End rolls the transaction back and gives its connection back to
+	// its pool; a connection that fails to roll back leaves the pool
+	// (the drivers drop it), which ends its session and what it held.
+	End()
 }
 
-// releaseTimeout bounds the release statement (txretry.DefaultCommitTimeout).
+// releaseTimeout bounds MySQL's release statement (txretry.DefaultCommitTimeout).
 const releaseTimeout = 10 * time.Second
 
-// Lock takes the exclusive lock of key on c, waiting no longer than ctx;
-// pid is c's server process as announced at startup (PostgreSQL). Its
-// release unlocks and gives c back, or discards c when the unlock fails or
-// finds the lock gone. On failure c is discarded.
-func Lock(ctx context.Context, c Conn, d Dialect, pid uint32, key string) (release func(), err error) {
+// Lock takes the exclusive lock of key in tx, waiting no longer than ctx.
+// Its release, like a failure, gives the lock back and ends tx (MySQL's
+// session lock first through RELEASE_LOCK).
+func Lock(ctx context.Context, tx Tx, d Dialect, key string) (release func(), err error) {
 	id := id(key)
 	deadline, _ := ctx.Deadline()
-	got, session, err := c.Row(ctx, lockQuery(d, id, deadline, time.Now(), pid))
+	got, err := tx.Int(ctx, lockQuery(d, id, deadline, time.Now()))
 	switch {
 	case err != nil && ctx.Err() != nil:
 		err = context.Cause(ctx)
-	case err != nil:
-	case got == -1:
-		err = fmt.Errorf("%w (session %d, process %d announced)", ErrNotSession, session, pid)
-	case got != 1: // GET_LOCK's timeout, which is ctx's deadline
+	case err == nil && got != 1: // GET_LOCK's timeout, which is ctx's deadline
 		err = fmt.Errorf("txretry: waiting for a database lock: %w", context.DeadlineExceeded)
 	}
 	if err != nil {
-		c.Discard()
+		tx.End()
 		return nil, err
 	}
 	return func() {
-		rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		defer cancel()
-		if n, s, err := c.Row(rctx, unlockQuery(d, id)); err != nil || n != 1 || s != session {
-			c.Discard()
-			return
+		if d == MySQL {
+			rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+			_, _ = tx.Int(rctx, "SELECT COALESCE(RELEASE_LOCK('"+name(id)+"'), 0)")
+			cancel()
 		}
-		c.Done()
+		tx.End()
 	}, nil
 }
 
@@ -156,25 +135,4 @@ func Of(v any) Dialect {
 		return MySQL
 	}
 	return Unknown
-}
-
-// BackendPID returns the backend process id that pgx's stdlib driver
-// connection dc announced at startup (dc.Conn().PgConn().PID(), called by
-// reflection so that no driver is imported), or 0.
-func BackendPID(dc any) uint32 {
-	v := reflect.ValueOf(dc)
-	for _, name := range []string{"Conn", "PgConn", "PID"} {
-		if !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
-			return 0
-		}
-		m := v.MethodByName(name)
-		if !m.IsValid() || m.Type().NumIn() != 0 || m.Type().NumOut() != 1 {
-			return 0
-		}
-		v = m.Call(nil)[0]
-	}
-	if v.Kind() != reflect.Uint32 {
-		return 0
-	}
-	return uint32(v.Uint())
 }

@@ -25,10 +25,7 @@ func TestIDIsFNV1aOfTheNamespacedKey(t *testing.T) {
 
 func TestStatementsHoldIdsNotKeys(t *testing.T) {
 	i := id("user'); DROP TABLE t; --")
-	for _, q := range []string{
-		lockQuery(Postgres, i, time.Time{}, time.Time{}, 1), lockQuery(MySQL, i, time.Time{}, time.Time{}, 0),
-		unlockQuery(Postgres, i), unlockQuery(MySQL, i),
-	} {
+	for _, q := range []string{lockQuery(Postgres, i, time.Time{}, time.Time{}), lockQuery(MySQL, i, time.Time{}, time.Time{})} {
 		if strings.Contains(q, "DROP") {
 			t.Fatalf("statement holds the key: %s", q)
 		}
@@ -42,102 +39,63 @@ func TestStatementsHoldIdsNotKeys(t *testing.T) {
 		{now.Add(1500 * time.Millisecond), "1.500"},
 		{now.Add(-time.Second), "0.001"}, // 0 would mean "do not wait"
 	} {
-		if q := lockQuery(MySQL, 1, tc.deadline, now, 0); !strings.Contains(q, ", "+tc.want+")") {
+		if q := lockQuery(MySQL, 1, tc.deadline, now); !strings.Contains(q, ", "+tc.want+")") {
 			t.Errorf("deadline %v: %s, want timeout %s", tc.deadline, q, tc.want)
 		}
 	}
-	if q := lockQuery(Postgres, 5, time.Time{}, time.Time{}, 4242); !strings.Contains(q, "CASE WHEN pg_backend_pid() = 4242 THEN") {
-		t.Fatalf("PostgreSQL's lock is not taken only in the announced process: %s", q)
+	if q := lockQuery(Postgres, 5, time.Time{}, time.Time{}); !strings.Contains(q, "pg_advisory_xact_lock(5)") {
+		t.Fatalf("PostgreSQL's lock is not the transaction's: %s", q)
 	}
 }
 
-// fakeConn scripts the rows of the lock statements and logs them.
-type fakeConn struct {
-	log       []string
-	lockRow   [3]int64 // got, session, and 1 for an error
-	unlockRow [2]int64
+// fakeTx scripts the lock statement's result and logs the statements.
+type fakeTx struct {
+	log  []string
+	got  int64
+	fail bool
 }
 
 var errConn = errors.New("connection broke")
 
-func (c *fakeConn) Row(_ context.Context, q string) (int64, int64, error) {
-	if strings.Contains(q, "unlock") || strings.Contains(q, "RELEASE") {
+func (c *fakeTx) Int(_ context.Context, q string) (int64, error) {
+	if strings.Contains(q, "RELEASE") {
 		c.log = append(c.log, "unlock")
-		return c.unlockRow[0], c.unlockRow[1], nil
+		return 1, nil
 	}
 	c.log = append(c.log, "lock")
-	if c.lockRow[2] == 1 {
-		return 0, 0, errConn
+	if c.fail {
+		return 0, errConn
 	}
-	return c.lockRow[0], c.lockRow[1], nil
+	return c.got, nil
 }
-func (c *fakeConn) Discard() { c.log = append(c.log, "discard") }
-func (c *fakeConn) Done()    { c.log = append(c.log, "done") }
+func (c *fakeTx) End() { c.log = append(c.log, "end") }
 
-// Lock gives the connection back after a clean unlock, and discards it on
-// every failure and on an unlock that finds the lock gone or another
-// session: the connection's end then ends what its session holds.
-func TestLockGivesBackOrDiscardsItsConnection(t *testing.T) {
+// Lock ends its transaction on every failure and at release; MySQL's
+// session lock is released first, PostgreSQL's ends with the transaction.
+func TestLockEndsItsTransaction(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		lockRow   [3]int64
-		unlockRow [2]int64
-		is        error
-		want      []string
+		name string
+		d    Dialect
+		tx   fakeTx
+		is   error
+		want []string
 	}{
-		{"taken and released", [3]int64{1, 7}, [2]int64{1, 7}, nil, []string{"lock", "unlock", "done"}},
-		{"released, lock gone", [3]int64{1, 7}, [2]int64{0, 7}, nil, []string{"lock", "unlock", "discard"}},
-		{"released in another session", [3]int64{1, 7}, [2]int64{1, 8}, nil, []string{"lock", "unlock", "discard"}},
-		{"another process (a pooler)", [3]int64{-1, 77}, [2]int64{}, ErrNotSession, []string{"lock", "discard"}},
-		{"GET_LOCK timed out", [3]int64{0, 7}, [2]int64{}, context.DeadlineExceeded, []string{"lock", "discard"}},
-		{"connection broke", [3]int64{0, 0, 1}, [2]int64{}, errConn, []string{"lock", "discard"}},
+		{"PostgreSQL: taken and released", Postgres, fakeTx{got: 1}, nil, []string{"lock", "end"}},
+		{"MySQL: taken and released", MySQL, fakeTx{got: 1}, nil, []string{"lock", "unlock", "end"}},
+		{"GET_LOCK timed out", MySQL, fakeTx{got: 0}, context.DeadlineExceeded, []string{"lock", "end"}},
+		{"connection broke", Postgres, fakeTx{fail: true}, errConn, []string{"lock", "end"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &fakeConn{lockRow: tc.lockRow, unlockRow: tc.unlockRow}
-			release, err := Lock(context.Background(), c, Postgres, 4242, "k")
+			release, err := Lock(context.Background(), &tc.tx, tc.d, "k")
 			if !errors.Is(err, tc.is) || (err == nil) != (release != nil) {
 				t.Fatalf("err = %v, want %v", err, tc.is)
 			}
 			if release != nil {
 				release()
 			}
-			if !slices.Equal(c.log, tc.want) {
-				t.Fatalf("log %q, want %q", c.log, tc.want)
+			if !slices.Equal(tc.tx.log, tc.want) {
+				t.Fatalf("log %q, want %q", tc.tx.log, tc.want)
 			}
 		})
-	}
-}
-
-type fakeStdlibConn struct{ c *fakePgxConn }
-type fakePgxConn struct{ pc *fakePgConn }
-type fakePgConn struct{ pid uint32 }
-
-func (c *fakeStdlibConn) Conn() *fakePgxConn { return c.c }
-func (c *fakePgxConn) PgConn() *fakePgConn   { return c.pc }
-func (c *fakePgConn) PID() uint32            { return c.pid }
-
-func TestBackendPIDFollowsPgxStdlibsMethods(t *testing.T) {
-	if got := BackendPID(&fakeStdlibConn{&fakePgxConn{&fakePgConn{pid: 4242}}}); got != 4242 {
-		t.Fatalf("BackendPID = %d, want 4242", got)
-	}
-	for _, dc := range []any{nil, 7, &fakeStdlibConn{}, &fakeStdlibConn{&fakePgxConn{}}, (*fakeStdlibConn)(nil)} {
-		if got := BackendPID(dc); got != 0 {
-			t.Fatalf("BackendPID(%#v) = %d, want 0", dc, got)
-		}
-	}
-}
-
-// SetLockTimeout rounds up to whole milliseconds, never to 0 (which would
-// turn lock_timeout off).
-func TestSetLockTimeoutRoundsUpToMilliseconds(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		50 * time.Millisecond:   "SET LOCAL lock_timeout = 50",
-		1500 * time.Microsecond: "SET LOCAL lock_timeout = 2",
-		time.Nanosecond:         "SET LOCAL lock_timeout = 1",
-		2 * time.Second:         "SET LOCAL lock_timeout = 2000",
-	} {
-		if got := SetLockTimeout(d); got != want {
-			t.Errorf("SetLockTimeout(%v) = %q, want %q", d, got, want)
-		}
 	}
 }
