@@ -216,3 +216,38 @@ func TestDomainLeaseTurnEnds(t *testing.T) {
 		t.Fatalf("taken %d, released %d once idle", taken, released)
 	}
 }
+
+// A lease that its last user left while a call paused in its place (after
+// a conflict from another process) stays held, its turn not over; that
+// call's next attempt runs under it even once cmLeaseTurn has passed, and
+// gives it back when it ends. Refusing it the expired turn would leave the
+// lease held with nobody to give it back, and the call waiting for good.
+func TestPausedCallResumesUnderItsExpiredTurn(t *testing.T) {
+	m := new(ContentionManager)
+	f := &fakeLeaser{}
+	c := leasedTurn(m, f)
+	c.closeDomain(t)
+	d := c.d
+	d.lease.wanted, d.width, d.rate = true, 1, 0
+	if _, err := c.enter(context.Background(), -1); err != nil {
+		t.Fatal(err)
+	}
+	if pause, _ := c.done(true, t0); pause <= 0 {
+		t.Fatal("a lone conflict under the lease did not pause the call in its place")
+	}
+	if taken, released := f.counts(); taken != 1 || released != 0 {
+		t.Fatalf("taken %d, released %d while the call pauses in its place; want 1 and 0", taken, released)
+	}
+	d.mu.Lock()
+	d.lease.at = d.lease.at.Add(-cmLeaseTurn) // the turn's time has run out
+	d.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.enter(ctx, -1); err != nil {
+		t.Fatalf("the paused call's next attempt: %v", err)
+	}
+	c.done(false, t0)
+	if taken, released := f.counts(); taken != 1 || released != 1 {
+		t.Fatalf("taken %d, released %d after the call committed; want 1 and 1", taken, released)
+	}
+}
