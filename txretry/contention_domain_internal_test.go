@@ -109,6 +109,39 @@ func TestDomainGateWidensNarrowsAndOpens(t *testing.T) {
 	}
 }
 
+// A closed gate narrows once per generation: the conflicts of attempts
+// admitted before it last narrowed (a burst, as PostgreSQL's SSI fails
+// several concurrent transactions at once) halve it once, and only an
+// attempt admitted at the new width can halve it again.
+func TestGateNarrowsOncePerGeneration(t *testing.T) {
+	m := new(ContentionManager)
+	hot := newTurn(m, "hot")
+	hot.closeDomain(t)
+	d := hot.d
+	d.width = 8
+	var burst []*cmTurn
+	for range 8 {
+		x := newTurn(m, "hot")
+		if _, err := x.enter(context.Background(), -1); err != nil {
+			t.Fatal(err)
+		}
+		burst = append(burst, x)
+	}
+	d.mu.Lock()
+	d.rate = 0.5 // a conflict narrows
+	d.mu.Unlock()
+	for _, x := range burst {
+		x.done(true, t0)
+	}
+	if d.width != 4 || d.fails != 1 {
+		t.Fatalf("width %d, fails %d after a burst of 8 conflicts admitted at width 8; want 4 and 1", d.width, d.fails)
+	}
+	burst[0].attempt(t, true) // admitted at width 4
+	if d.width != 2 || d.fails != 2 {
+		t.Fatalf("width %d, fails %d after a conflict at the new width; want 2 and 2", d.width, d.fails)
+	}
+}
+
 // A conflict of an attempt that ran alone in its gate doubles the pace from
 // 500 µs up to 100 ms; a lone commit keeps nine tenths of it; the pause
 // shrinks with the call's age and is none once it is 200 ms old. An attempt

@@ -47,6 +47,7 @@ type cmDomain struct {
 	queue    []*cmWaiter  // by arrival
 	streak   int          // commits since the width last changed or a conflict
 	fails    int          // narrowings since the gate closed, up to cmMaxFails
+	narrowed uint64       // admits when the gate last closed or narrowed
 	admits   uint64       // attempts admitted through the gate
 	pace     time.Duration
 	lease    cmLease
@@ -352,7 +353,7 @@ func (t *cmTurn) done(conflict bool, now time.Time) (pause time.Duration, spaced
 			t.held = false
 		}
 	}
-	d.learnLocked(conflict, t.max)
+	d.learnLocked(conflict, t.admit, t.max)
 	d.grantLocked()
 	spaced = d.gated.Load()
 	release := t.leaveLeaseLocked()
@@ -385,7 +386,7 @@ func (t *cmTurn) cancel() {
 
 // learnLocked updates the domain with an attempt's end: the moving average
 // of conflicts, the gate's state and its width (at most maxWidth).
-func (d *cmDomain) learnLocked(conflict bool, maxWidth int) {
+func (d *cmDomain) learnLocked(conflict bool, admit uint64, maxWidth int) {
 	n := d.commits.Swap(0) // ungated commits since the last update
 	if !conflict {
 		n++
@@ -401,13 +402,18 @@ func (d *cmDomain) learnLocked(conflict bool, maxWidth int) {
 			// 1 in a few conflicts, a domain whose conflicts only brush
 			// the tenth stays wide.
 			d.width, d.streak, d.fails = min(max(1, int(d.inflight.Load())/2), maxWidth), 0, 0
+			d.narrowed = d.admits
 			d.gated.Store(true)
 		}
 	case conflict:
 		d.streak = 0
-		if d.rate > cmMaxRate && d.width > 1 {
+		// Once per generation: the attempts admitted before the last
+		// narrowing ran at the old width, and a burst of their conflicts
+		// (PostgreSQL's SSI fails several at once) says nothing of the new.
+		if d.rate > cmMaxRate && d.width > 1 && admit > d.narrowed {
 			d.width /= 2
 			d.fails = min(d.fails+1, cmMaxFails)
+			d.narrowed = d.admits
 		}
 	default:
 		d.streak++
