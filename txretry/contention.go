@@ -17,7 +17,7 @@ import (
 //
 // It keeps one conflict domain per WithLabel name or, without a label, per
 // place in the source where fn was written (told by AdapterFunc). An open
-// domain's attempts go straight to the database. Once more than a tenth of
+// domain's attempts go straight to the database. Once more than a quarter of
 // its recent attempts conflict, it closes a FIFO gate: its attempts queue
 // in the order their calls arrived, a retry keeping its call's place, one
 // at a time at first, widening while they commit, until the gate opens

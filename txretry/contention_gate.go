@@ -16,7 +16,7 @@ import (
 // The gate's tuning; contention.md gives the figure that chose each.
 const (
 	cmAlpha    = 1.0 / 64      // weight of one attempt in the moving average of conflicts
-	cmMaxRate  = 1.0 / 10      // above this rate a conflict closes the gate or halves it
+	cmMaxRate  = 1.0 / 4       // above this rate a conflict closes the gate or halves it
 	cmStreak   = 16            // commits per unit of width that double the width...
 	cmMaxFails = 6             // ...times 2^narrowings in a row, up to 2^cmMaxFails
 	cmStall    = 2 * cmMaxPace // a gate that admits nobody this long widens by one
@@ -400,21 +400,22 @@ func (d *cmDomain) learnLocked(conflict bool, admit uint64, maxWidth int) {
 		if conflict && d.rate > cmMaxRate && maxWidth > 1 {
 			// Half the attempts now in flight: a hot row halves down to
 			// 1 in a few conflicts, a domain whose conflicts only brush
-			// the tenth stays wide.
+			// the quarter stays wide.
 			d.width, d.streak, d.fails = min(max(1, int(d.inflight.Load())/2), maxWidth), 0, 0
 			d.narrowed = d.admits
 			d.gated.Store(true)
 		}
-	case conflict:
+	case conflict && d.rate > cmMaxRate: // a rarer conflict neither narrows nor holds the width
 		d.streak = 0
 		// Once per generation: the attempts admitted before the last
 		// narrowing ran at the old width, and a burst of their conflicts
 		// (PostgreSQL's SSI fails several at once) says nothing of the new.
-		if d.rate > cmMaxRate && d.width > 1 && admit > d.narrowed {
+		if d.width > 1 && admit > d.narrowed {
 			d.width /= 2
 			d.fails = min(d.fails+1, cmMaxFails)
 			d.narrowed = d.admits
 		}
+	case conflict:
 	default:
 		d.streak++
 		if d.streak >= cmStreak*d.width<<d.fails {

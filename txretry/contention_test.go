@@ -27,19 +27,21 @@ func newManager(t *testing.T, width int) *txretry.ContentionManager {
 
 // With the default per-handle manager, a call's first conflicts retry
 // after the backoff, as without a manager, while its domain's gate is
-// open; seven conflicts in a row close the gate, and an attempt that then
+// open; 19 conflicts in a row close the gate, and an attempt that then
 // ran alone in it and conflicted met another process: the call pauses in
 // its place, doubling from 500 µs while such conflicts last (less as the
 // call ages).
 func TestContentionManagerIsOnByDefaultPerHandle(t *testing.T) {
-	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(9, errSerialization)})
+	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(21, errSerialization)})
 	var calls atomic.Int32
-	if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock), txretry.WithRand(func() float64 { return 1 })); err != nil {
+	// A short backoff keeps the call young: its pauses shrink with age.
+	if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock), txretry.WithRand(func() float64 { return 1 }),
+		txretry.WithBackoff(txretry.Constant(time.Microsecond))); err != nil {
 		t.Fatal(err)
 	}
 	got := f.clock.Waits()
-	backoff := []time.Duration{2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond, 32 * time.Millisecond, 64 * time.Millisecond}
-	if len(got) != 8 || !slices.Equal(got[:6], backoff) || got[6] <= 0 || got[6] > 500*time.Microsecond || got[7] <= got[6] || got[7] > time.Millisecond {
+	backoff := slices.Repeat([]time.Duration{time.Microsecond}, 18)
+	if len(got) != 20 || !slices.Equal(got[:18], backoff) || got[18] <= time.Microsecond || got[18] > 500*time.Microsecond || got[19] <= got[18] || got[19] > time.Millisecond {
 		t.Fatalf("waits %v, want the backoff's %v, no wait as the gate closes, then two pauses doubling from at most 500µs", got, backoff)
 	}
 	// Turning it off brings the backoff back for every retry.
@@ -53,10 +55,10 @@ func TestContentionManagerIsOnByDefaultPerHandle(t *testing.T) {
 }
 
 // closeGate makes the domain label of m conflict until its gate closes at
-// width 1: seven conflicts in a row.
+// width 1: 19 conflicts in a row.
 func closeGate(t *testing.T, m *txretry.ContentionManager, label string) {
 	t.Helper()
-	db := (&fakedb.Driver{OnExec: failFirst(7, errSerialization)}).DB()
+	db := (&fakedb.Driver{OnExec: failFirst(19, errSerialization)}).DB()
 	defer db.Close()
 	var calls atomic.Int32
 	if err := txretry.RunInTx(context.Background(), db, execFn(&calls), txretry.WithContentionManager(m),
@@ -75,7 +77,7 @@ func TestColdDomainNeverQueuesBehindAHotOne(t *testing.T) {
 	var hot, cold atomic.Int32
 	drv := &fakedb.Driver{OnExec: func(_ context.Context, _ int, q string, _ []driver.NamedValue) error {
 		switch {
-		case q == "UPDATE hot" && hot.Add(1) <= 7:
+		case q == "UPDATE hot" && hot.Add(1) <= 19:
 			return errSerialization // closes the hot domain's gate
 		case q == "UPDATE cold" && cold.Add(1)%50 == 0:
 			return errSerialization // rare: the cold domain stays open
@@ -90,7 +92,7 @@ func TestColdDomainNeverQueuesBehindAHotOne(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, "UPDATE hot"); err != nil {
 			return err
 		}
-		if hot.Load() == 8 { // the first attempt through the closed gate holds it
+		if hot.Load() == 20 { // the first attempt through the closed gate holds it
 			holding <- struct{}{}
 			<-release
 		}

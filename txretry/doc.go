@@ -60,7 +60,7 @@
 // written at one place in the source. A domain whose transactions have not
 // been conflicting costs nothing: its attempts go straight to the database
 // and retry after the Backoff (default: full jitter over an exponential
-// delay from 2 ms, capped at 250 ms). Once more than a tenth of a domain's
+// delay from 2 ms, capped at 250 ms). Once more than a quarter of a domain's
 // recent attempts conflict, its attempts queue at a FIFO gate of its own,
 // one at a time at first, widening while they commit; its retries keep
 // their call's place, and a conflict that came from another process (the

@@ -13,12 +13,12 @@ import (
 )
 
 // Close makes the domain label of db's default manager conflict until its
-// gate closes at width 1 (seven conflicts in a row).
+// gate closes at width 1 (19 conflicts in a row).
 func Close(t testing.TB, db *sql.DB, label string) {
 	t.Helper()
 	n := 0
 	err := txretry.RunInTx(context.Background(), db, func(context.Context, *sql.Tx) error {
-		if n++; n <= 7 {
+		if n++; n <= 19 {
 			return &fakedb.SQLStateError{Code: "40001", Message: "could not serialize access"}
 		}
 		return nil
