@@ -45,7 +45,7 @@ type cmDomain struct {
 	width    int          // attempts admitted at once
 	inUse    int          // attempts admitted, and callers pausing in their place
 	queue    []*cmWaiter  // by arrival
-	streak   int          // commits since the width last changed or a conflict
+	streak   int          // commits since the width last changed or a conflict over cmMaxRate
 	fails    int          // narrowings since the gate closed, up to cmMaxFails
 	narrowed uint64       // admits when the gate last closed or narrowed
 	admits   uint64       // attempts admitted through the gate
@@ -415,7 +415,7 @@ func (d *cmDomain) learnLocked(conflict bool, admit uint64, maxWidth int) {
 			d.fails = min(d.fails+1, cmMaxFails)
 			d.narrowed = d.admits
 		}
-	case conflict:
+	case conflict: // under cmMaxRate: nothing changes
 	default:
 		d.streak++
 		if d.streak >= cmStreak*d.width<<d.fails {
