@@ -192,7 +192,7 @@ type report struct {
 	recordedIDs []int64       // the ids in the orders table
 	events      []OrderPlaced // what the service published
 	elapsed     time.Duration
-	sample      string   // a customer
+	sample      string   // the first customer with a placed order
 	sampleLines []string // the customer's orders
 }
 
@@ -321,6 +321,10 @@ func demo(ctx context.Context, ns dbserver.Namespace, d driver, o options) (repo
 	if rep.finalStock, rep.ordered, err = svc.Stock(ctx, sku); err != nil {
 		return rep, err
 	}
+	sample := 0 // the first customer with a placed order, whose orders the report lists
+	for sample < len(results)-1 && results[sample].placed == 0 {
+		sample++
+	}
 	for c := range o.customers {
 		orders, err := svc.Orders(ctx, customerName(c))
 		if err != nil {
@@ -328,12 +332,12 @@ func demo(ctx context.Context, ns dbserver.Namespace, d driver, o options) (repo
 		}
 		for _, ord := range orders {
 			rep.recordedIDs = append(rep.recordedIDs, ord.ID)
-			if c == 0 {
+			if c == sample {
 				rep.sampleLines = append(rep.sampleLines, fmt.Sprintf("#%d %d×%s", ord.ID, ord.Quantity, ord.Sku))
 			}
 		}
 	}
-	rep.ran, rep.sample = true, customerName(0)
+	rep.ran, rep.sample = true, customerName(sample)
 	return rep, nil
 }
 
