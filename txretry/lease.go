@@ -25,15 +25,8 @@ func (a sqlAdapter) Lease(ctx context.Context, key string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	return dblock.Lock(ctx, sqlLockTx{tx}, d, key)
+	return dblock.Lock(ctx, d, key, func(ctx context.Context, q string) (n int64, err error) {
+		err = tx.QueryRowContext(ctx, q).Scan(&n)
+		return n, err
+	}, func() { _ = tx.Rollback() })
 }
-
-// sqlLockTx is the transaction a lease is held in.
-type sqlLockTx struct{ tx *sql.Tx }
-
-func (t sqlLockTx) Int(ctx context.Context, query string) (n int64, err error) {
-	err = t.tx.QueryRowContext(ctx, query).Scan(&n)
-	return n, err
-}
-
-func (t sqlLockTx) End() { _ = t.tx.Rollback() }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txretry/txretry/txretry/internal/dblock"
@@ -21,20 +20,12 @@ func (a adapter) Lease(ctx context.Context, key string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	return dblock.Lock(ctx, lockTx{tx}, dblock.Postgres, key)
-}
-
-// lockTx is the transaction a lease is held in.
-type lockTx struct{ tx pgx.Tx }
-
-func (t lockTx) Int(ctx context.Context, query string) (n int64, err error) {
-	err = t.tx.QueryRow(ctx, query).Scan(&n)
-	return n, err
-}
-
-// End rolls back; pgx closes a connection whose rollback fails.
-func (t lockTx) End() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = t.tx.Rollback(ctx)
+	return dblock.Lock(ctx, dblock.Postgres, key, func(ctx context.Context, q string) (n int64, err error) {
+		err = tx.QueryRow(ctx, q).Scan(&n)
+		return n, err
+	}, func() { // pgx closes a connection whose rollback fails
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = tx.Rollback(ctx)
+	})
 }

@@ -1,7 +1,7 @@
 // Package dblock holds the SQL that txretry's adapters share: the database
 // lock of the contention manager's lease (Lock) and PostgreSQL's lock
 // timeout. It knows SQL text, not drivers: each adapter runs the
-// statements in a transaction of its own (Tx).
+// statements in a transaction of its own.
 package dblock
 
 import (
@@ -20,12 +20,9 @@ import (
 type Dialect uint8
 
 const (
-	// Unknown: the driver is not one whose database is known.
-	Unknown Dialect = iota
-	// Postgres: session advisory locks, pg_advisory_lock(bigint).
-	Postgres
-	// MySQL: named locks, GET_LOCK(name, timeout) (MySQL 5.7+, MariaDB 10.0.2+).
-	MySQL
+	Unknown  Dialect = iota // a driver whose database is not known
+	Postgres                // advisory locks, pg_advisory_xact_lock(bigint)
+	MySQL                   // named locks, GET_LOCK (MySQL 5.7+, MariaDB 10.0.2+)
 )
 
 // id is the lock id of key: FNV-1a 64 of "txretry:"+key, as a bigint, so
@@ -69,26 +66,16 @@ func mysqlTimeout(deadline, now time.Time) string {
 // without.
 var ErrNoLease = errors.New("txretry: no lease on this handle")
 
-// Tx is a transaction, on a connection of its own, that holds a lock.
-type Tx interface {
-	// Int runs a statement whose result is one integer.
-	Int(ctx context.Context, query string) (int64, error)
-	// End rolls the transaction back and gives its connection back to
-	// its pool; a connection that fails to roll back leaves the pool
-	// (the drivers drop it), which ends its session and what it held.
-	End()
-}
-
-// releaseTimeout bounds MySQL's release statement (txretry.DefaultCommitTimeout).
-const releaseTimeout = 10 * time.Second
-
-// Lock takes the exclusive lock of key in tx, waiting no longer than ctx.
-// Its release, like a failure, gives the lock back and ends tx (MySQL's
-// session lock first through RELEASE_LOCK).
-func Lock(ctx context.Context, tx Tx, d Dialect, key string) (release func(), err error) {
+// Lock takes the exclusive lock of key, waiting no longer than ctx, in a
+// transaction on a connection of its own: query runs a statement of the
+// transaction whose result is one integer, end rolls it back and gives the
+// connection back (one that fails to roll back leaves its pool, which ends
+// its session and what it held). The lock's release, like a failure, gives
+// the lock back and calls end (MySQL's session lock first, by RELEASE_LOCK).
+func Lock(ctx context.Context, d Dialect, key string, query func(context.Context, string) (int64, error), end func()) (release func(), err error) {
 	id := id(key)
 	deadline, _ := ctx.Deadline()
-	got, err := tx.Int(ctx, lockQuery(d, id, deadline, time.Now()))
+	got, err := query(ctx, lockQuery(d, id, deadline, time.Now()))
 	switch {
 	case err != nil && ctx.Err() != nil:
 		err = context.Cause(ctx)
@@ -96,16 +83,16 @@ func Lock(ctx context.Context, tx Tx, d Dialect, key string) (release func(), er
 		err = fmt.Errorf("txretry: waiting for a database lock: %w", context.DeadlineExceeded)
 	}
 	if err != nil {
-		tx.End()
+		end()
 		return nil, err
 	}
 	return func() {
-		if d == MySQL {
-			rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-			_, _ = tx.Int(rctx, "SELECT COALESCE(RELEASE_LOCK('"+name(id)+"'), 0)")
+		if d == MySQL { // bounded like a COMMIT (txretry.DefaultCommitTimeout)
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, _ = query(rctx, "SELECT COALESCE(RELEASE_LOCK('"+name(id)+"'), 0)")
 			cancel()
 		}
-		tx.End()
+		end()
 	}, nil
 }
 

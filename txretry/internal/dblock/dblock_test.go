@@ -86,7 +86,7 @@ func TestLockEndsItsTransaction(t *testing.T) {
 		{"connection broke", Postgres, fakeTx{fail: true}, errConn, []string{"lock", "end"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			release, err := Lock(context.Background(), &tc.tx, tc.d, "k")
+			release, err := Lock(context.Background(), tc.d, "k", tc.tx.Int, tc.tx.End)
 			if !errors.Is(err, tc.is) || (err == nil) != (release != nil) {
 				t.Fatalf("err = %v, want %v", err, tc.is)
 			}
