@@ -33,7 +33,7 @@ func (t *cmTurn) closeDomain(tb testing.TB) {
 	for range conflictsToClose {
 		t.attempt(tb, true)
 	}
-	if !t.d.gated.Load() {
+	if t.d.width == 0 {
 		tb.Fatalf("%d conflicts in a row left the gate open", conflictsToClose)
 	}
 }
@@ -44,28 +44,28 @@ func newTurn(m *ContentionManager, label string) *cmTurn {
 
 // A domain closes its gate once more than a quarter of its recent attempts
 // conflict, and not for rarer ones (PostgreSQL's SERIALIZABLE transfers
-// among many rows lose about a tenth); the cold path takes no lock.
+// among many rows lose about a tenth).
 func TestDomainGateClosesOnFrequentConflictsOnly(t *testing.T) {
 	m := new(ContentionManager)
 	rare := newTurn(m, "rare")
 	for i := range 2000 {
 		rare.attempt(t, i%7 == 0) // 14% of attempts conflict
 	}
-	if rare.d.gated.Load() {
+	if rare.d.width > 0 {
 		t.Fatalf("a domain with 14%% conflicts closed its gate (rate %.3f)", rare.d.rate)
 	}
 	hot := newTurn(m, "hot")
 	for range conflictsToClose - 1 {
 		hot.attempt(t, true)
 	}
-	if hot.d.gated.Load() {
+	if hot.d.width > 0 {
 		t.Fatalf("%d conflicts closed the gate", conflictsToClose-1)
 	}
 	hot.attempt(t, true)
-	if !hot.d.gated.Load() || hot.d.width != 1 {
-		t.Fatalf("gated %v at width %d after %d conflicts in a row, want closed at 1", hot.d.gated.Load(), hot.d.width, conflictsToClose)
+	if hot.d.width != 1 {
+		t.Fatalf("width %d (0: open) after %d conflicts in a row, want closed at 1", hot.d.width, conflictsToClose)
 	}
-	if rare.d.gated.Load() {
+	if rare.d.width > 0 {
 		t.Fatal("another domain's conflicts closed this one's gate")
 	}
 }
@@ -102,11 +102,11 @@ func TestDomainGateWidensNarrowsAndOpens(t *testing.T) {
 		t.Fatalf("width %d, want 1 until a doubled streak", hot.d.width)
 	}
 	commits(1 + 2*cmStreak*2) // 1 -> 2 -> 4
-	if hot.d.width != 4 || !hot.d.gated.Load() {
-		t.Fatalf("width %d gated %v, want 4 and closed", hot.d.width, hot.d.gated.Load())
+	if hot.d.width != 4 {
+		t.Fatalf("width %d (0: open), want 4 and closed", hot.d.width)
 	}
 	commits(2 * cmStreak * 4) // 4 -> 8, the maximum: the gate opens
-	if hot.d.gated.Load() {
+	if hot.d.width > 0 {
 		t.Fatalf("the gate stays closed at width %d, the maximum", hot.d.width)
 	}
 }
@@ -153,7 +153,7 @@ func TestDomainGateWidensThroughRareConflicts(t *testing.T) {
 	d := newTurn(m, "noisy")
 	d.closeDomain(t)
 	d.d.rate = 0
-	for i := 0; d.d.gated.Load(); i++ {
+	for i := 0; d.d.width > 0; i++ {
 		if i == 2000 {
 			t.Fatalf("still closed at width %d after %d attempts, a tenth of them conflicting", d.d.width, i)
 		}
@@ -330,7 +330,7 @@ func TestDomainKeys(t *testing.T) {
 	}
 	m := new(ContentionManager)
 	for i := range cmMaxDomains + 10 {
-		m.domain(cmKey{label: string(rune('a'+i%26)) + time.Duration(i).String()})
+		m.domain(domainKey(string(rune('a'+i%26))+time.Duration(i).String(), nil))
 	}
 	if n := m.count.Load(); n > cmMaxDomains+1 {
 		t.Fatalf("%d domains, want at most %d", n, cmMaxDomains+1)
@@ -353,16 +353,19 @@ func TestDomainGateClosesAtHalfTheAttemptsInFlight(t *testing.T) {
 	if hot.d.width != 10 {
 		t.Fatalf("closed at width %d with 20 attempts in flight, want 10", hot.d.width)
 	}
+	if n := hot.d.inUse; n != 20 {
+		t.Fatalf("%d places in use after the gate closed, want the 20 attempts still in", n)
+	}
+	for _, r := range running { // a burst from before the closing: no narrowing
+		r.done(true, t0)
+	}
+	if n := hot.d.inUse; n != 0 || hot.d.width != 10 {
+		t.Fatalf("%d places in use, width %d after the attempts in flight conflicted; want 0 and 10", n, hot.d.width)
+	}
 	for _, want := range []int{5, 2, 1, 1} {
 		hot.attempt(t, true)
 		if hot.d.width != want {
 			t.Fatalf("width %d after another conflict, want %d", hot.d.width, want)
 		}
-	}
-	for _, r := range running {
-		r.done(false, t0)
-	}
-	if n := hot.d.inflight.Load(); n != 0 {
-		t.Fatalf("%d attempts counted in flight after all ended", n)
 	}
 }

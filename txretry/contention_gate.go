@@ -6,7 +6,6 @@ package txretry
 
 import (
 	"context"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -35,22 +34,244 @@ const (
 // before every call that arrived after its own.
 var arrivals atomic.Uint64
 
-// cmDomain is one conflict domain of a manager.
+// cmDomain is one conflict domain of a manager, under its mutex.
 type cmDomain struct {
-	gated    atomic.Bool  // attempts wait at the gate; false: they go straight in
-	inflight atomic.Int64 // attempts that went straight in and have not ended
-	commits  atomic.Int64 // ungated commits not yet counted in rate
-	mu       sync.Mutex   // guards the rest
-	rate     float64      // moving average of the attempts' conflicts (0 or 1 each)
-	width    int          // attempts admitted at once
-	inUse    int          // attempts admitted, and callers pausing in their place
-	queue    []*cmWaiter  // by arrival
-	streak   int          // commits since the width last changed or a conflict over cmMaxRate
-	fails    int          // narrowings since the gate closed, up to cmMaxFails
-	narrowed uint64       // admits when the gate last closed or narrowed
-	admits   uint64       // attempts admitted through the gate
+	mu       sync.Mutex
+	width    int       // attempts in at once; 0: the gate is open, they go straight in
+	inUse    int       // attempts in, and callers pausing in their place
+	rate     float64   // moving average of the attempts' conflicts (0 or 1 each)
+	queue    []*cmTurn // waiting, by arrival
+	streak   int       // commits since the width last changed or a conflict over cmMaxRate
+	fails    int       // narrowings since the gate closed, up to cmMaxFails
+	narrowed uint64    // admits when the gate last closed or narrowed
+	admits   uint64    // attempts admitted through the gate
 	pace     time.Duration
 	lease    cmLease
+}
+
+// admission is a call's standing with its manager, in its domain. The
+// call's loop uses only these three methods.
+type admission interface {
+	// enter waits until the call's next attempt may begin, or ctx ends,
+	// or limit (real time; negative: none) passes; waited says whether
+	// the call queued.
+	enter(ctx context.Context, limit time.Duration) (waited bool, err error)
+	// done leaves after an attempt. It returns a pause that the call
+	// takes in its place before entering again (0: none), and whether
+	// the manager spaces the next attempt (if not, the backoff does).
+	done(conflict bool, now time.Time) (pause time.Duration, spaced bool)
+	// cancel gives back what the call holds: an admission whose attempt
+	// does not run, or its place during a pause. Afterwards it is a no-op.
+	cancel()
+}
+
+// cmTurn is a call's standing in a domain: one call's, under the domain's
+// mutex while it queues.
+type cmTurn struct {
+	d       *cmDomain
+	key     string       // d's name, for its lease
+	lease   AdapterLease // nil: the adapter cannot lease
+	max     int          // the manager's maximum width
+	since   time.Time    // the call's start, for the pace's patience
+	rand    func() float64
+	arrival uint64        // 0 until the call first waits
+	ready   chan struct{} // closed when the gate admits it from the queue
+	admit   uint64        // the domain's admits when this attempt entered; 0: it went straight in
+	alone   bool          // no other attempt was in when this one entered
+	held    bool          // the call holds a place (an attempt, or a pause)
+	leased  bool          // the attempt runs under the domain's lease
+}
+
+func (t *cmTurn) enter(ctx context.Context, limit time.Duration) (bool, error) {
+	if limit >= 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
+	}
+	waited, err := t.admitted(ctx)
+	if err == nil && t.admit != 0 && t.lease != nil {
+		var w bool
+		if w, err = t.useLease(ctx); err != nil {
+			t.cancel()
+		}
+		waited = waited || w
+	}
+	return waited, err
+}
+
+// admitted waits for a place in the gate, or goes straight in.
+func (t *cmTurn) admitted(ctx context.Context) (bool, error) {
+	d := t.d
+	d.mu.Lock()
+	if t.join() {
+		d.mu.Unlock()
+		return false, nil
+	}
+	mark := d.admits
+	d.mu.Unlock()
+	stall := time.NewTimer(cmStall)
+	defer stall.Stop()
+	for {
+		select {
+		case <-t.ready:
+			return true, nil
+		case <-ctx.Done():
+			t.cancel()
+			return true, context.Cause(ctx)
+		case <-stall.C:
+			d.mu.Lock()
+			if d.admits == mark && d.width > 0 && len(d.queue) > 0 && d.queue[0] == t {
+				d.width++ // stood still: the attempts inside may wait for the callers outside
+				d.grantLocked()
+			}
+			mark = d.admits
+			d.mu.Unlock()
+			stall.Reset(cmStall)
+		}
+	}
+}
+
+// join reports whether t is in at once: it kept its place through a
+// pause, or its domain is open (straight in), or its gate has room and
+// nobody waits. Otherwise it queues t by its call's arrival (numbered at
+// its first entry into a closed gate).
+func (t *cmTurn) join() bool {
+	d := t.d
+	switch {
+	case t.held: // kept its place through a pause
+		d.inUse--
+		d.enterLocked(t)
+	case d.width == 0:
+		d.inUse++
+		t.admit, t.held = 0, true
+	default:
+		if t.arrival == 0 {
+			t.arrival = arrivals.Add(1)
+		}
+		if len(d.queue) == 0 && d.inUse < d.width {
+			d.enterLocked(t)
+			return true
+		}
+		t.ready = make(chan struct{})
+		i := len(d.queue)
+		for i > 0 && d.queue[i-1].arrival > t.arrival {
+			i--
+		}
+		d.queue = slices.Insert(d.queue, i, t)
+		return false
+	}
+	return true
+}
+
+func (d *cmDomain) enterLocked(t *cmTurn) {
+	t.alone = d.inUse == 0
+	d.inUse++
+	d.admits++
+	t.admit, t.held = d.admits, true
+}
+
+func (d *cmDomain) grantLocked() {
+	for len(d.queue) > 0 && (d.width == 0 || d.inUse < d.width) {
+		t := d.queue[0]
+		d.queue = d.queue[1:]
+		d.enterLocked(t)
+		close(t.ready)
+	}
+}
+
+func (t *cmTurn) done(conflict bool, now time.Time) (pause time.Duration, spaced bool) {
+	d := t.d
+	d.mu.Lock()
+	defer t.unlock()
+	if t.admit != 0 && t.alone && t.admit == d.admits {
+		// No other attempt of this process overlapped: a conflict came
+		// from elsewhere.
+		pause = d.paceLocked(conflict, now, t.since, t.rand)
+		d.lease.wanted = d.lease.wanted || conflict && t.lease != nil
+	}
+	if pause == 0 {
+		d.inUse--
+		t.held = false
+	}
+	d.learnLocked(conflict, t.admit, t.max)
+	d.grantLocked()
+	return pause, d.width > 0
+}
+
+func (t *cmTurn) cancel() {
+	d := t.d
+	d.mu.Lock()
+	defer t.unlock()
+	if t.held {
+		t.held = false
+		d.inUse--
+	}
+	d.queue = slices.DeleteFunc(d.queue, func(x *cmTurn) bool { return x == t })
+	d.grantLocked()
+}
+
+// unlock unlocks t's domain, giving its lease back (outside the lock) once
+// the process's turn is over.
+func (t *cmTurn) unlock() {
+	release := t.leaveLeaseLocked()
+	t.d.mu.Unlock()
+	if release != nil {
+		release()
+	}
+}
+
+// learnLocked updates the domain with an attempt's end: the moving average
+// of conflicts, the gate's state and its width (at most maxWidth).
+func (d *cmDomain) learnLocked(conflict bool, admit uint64, maxWidth int) {
+	d.rate *= 1 - cmAlpha
+	if conflict {
+		d.rate += cmAlpha
+	}
+	switch {
+	case d.width == 0:
+		if conflict && d.rate > cmMaxRate && maxWidth > 1 {
+			// Half the attempts now in (they keep their places): a hot
+			// row halves down to 1 in a few conflicts, a domain whose
+			// conflicts only brush the quarter stays wide.
+			d.width, d.streak, d.fails = min(max(1, d.inUse/2), maxWidth), 0, 0
+			d.narrowed = d.admits
+		}
+	case conflict && d.rate > cmMaxRate: // a rarer conflict neither narrows nor holds the width
+		d.streak = 0
+		// Once per generation: the attempts admitted before the last
+		// narrowing ran at the old width, and a burst of their conflicts
+		// (PostgreSQL's SSI fails several at once) says nothing of the new.
+		if d.width > 1 && admit > d.narrowed {
+			d.width /= 2
+			d.fails = min(d.fails+1, cmMaxFails)
+			d.narrowed = d.admits
+		}
+	case conflict: // under cmMaxRate: nothing changes
+	default:
+		d.streak++
+		if d.streak >= cmStreak*d.width<<d.fails {
+			d.width, d.streak = 2*d.width, 0
+			if d.width >= maxWidth { // contention is over: the gate opens
+				d.width, d.lease.wanted = 0, false
+			}
+		}
+	}
+}
+
+// paceLocked learns from an attempt that no other attempt of this domain
+// overlapped: a conflict doubles the pace and returns a pause of up to it,
+// jittered, shrinking with the call's age, taken in the caller's place; a
+// commit decays the pace.
+func (d *cmDomain) paceLocked(conflict bool, now, since time.Time, rnd func() float64) time.Duration {
+	if !conflict {
+		if d.pace = time.Duration(float64(d.pace) * cmPaceDecay); d.pace < cmMinPace {
+			d.pace = 0
+		}
+		return 0
+	}
+	d.pace = min(max(2*d.pace, cmMinPace), cmMaxPace)
+	p := float64(d.pace) * rnd() * max(0, 1-float64(now.Sub(since))/float64(cmPacePatience))
+	return max(time.Duration(p), 1) // 1: at once, in its place
 }
 
 // cmLease is a domain's database lease (AdapterLease), under the domain's
@@ -73,67 +294,13 @@ func (l *cmLease) changedLocked() {
 	}
 }
 
-type cmWaiter struct {
-	ready   chan struct{}
-	arrival uint64
-	granted bool
-	admit   uint64 // the domain's admits when granted
-	alone   bool   // no other attempt was in when granted
-}
-
-// admission is a call's standing with its manager, in its domain. The
-// call's loop uses only these three methods.
-type admission interface {
-	// enter waits until the call's next attempt may begin, or ctx ends,
-	// or limit (real time; negative: none) passes; waited says whether
-	// the call queued.
-	enter(ctx context.Context, limit time.Duration) (waited bool, err error)
-	// done leaves after an attempt. It returns a pause that the call
-	// takes in its place before entering again (0: none), and whether
-	// the manager spaces the next attempt (if not, the backoff does).
-	done(conflict bool, now time.Time) (pause time.Duration, spaced bool)
-	// cancel gives back what the call holds: an admission whose attempt
-	// does not run, or its place during a pause. Afterwards it is a no-op.
-	cancel()
-}
-
-// cmTurn is a call's standing in a domain; one call's, never shared.
-type cmTurn struct {
-	d       *cmDomain
-	key     cmKey        // d's name, for its lease
-	lease   AdapterLease // nil: the adapter cannot lease
-	max     int          // the manager's maximum width
-	since   time.Time    // the call's start, for the pace's patience
-	rand    func() float64
-	arrival uint64 // 0 until the call first waits
-	admit   uint64 // the domain's admits when this attempt entered; 0: it went straight in
-	alone   bool   // no other attempt was in when this one entered
-	held    bool   // the call holds a place (an attempt, or a pause)
-	counted bool   // the attempt went straight in and counts in inflight
-	leased  bool   // the attempt runs under the domain's lease
-}
-
-func (t *cmTurn) enter(ctx context.Context, limit time.Duration) (bool, error) {
-	waited, err := t.admitted(ctx, limit)
-	if err == nil && t.admit != 0 && t.lease != nil {
-		var w bool
-		if w, err = t.useLease(ctx, limit); err != nil {
-			t.cancel()
-		}
-		waited = waited || w
-	}
-	return waited, err
-}
-
 // useLease runs the admitted attempt under the domain's lease when the
 // domain wants one: it joins its process's turn, or takes the lease if
 // nobody holds or takes it, or waits until it can do either. It returns
 // whether it waited. When the lease cannot be had, the attempt goes on
 // without it.
-func (t *cmTurn) useLease(ctx context.Context, limit time.Duration) (waited bool, err error) {
+func (t *cmTurn) useLease(ctx context.Context) (waited bool, err error) {
 	d, l := t.d, &t.d.lease
-	ctx, cancel := bounded(ctx, limit)
-	defer cancel()
 	for {
 		d.mu.Lock()
 		switch {
@@ -170,7 +337,7 @@ func (t *cmTurn) useLease(ctx context.Context, limit time.Duration) (waited bool
 func (t *cmTurn) takeLease(ctx context.Context) error {
 	d, l := t.d, &t.d.lease
 	lctx, cancel := context.WithTimeout(ctx, cmLeaseWait)
-	release, err := t.lease.Lease(lctx, "\x00domain\x00"+t.key.label+"\x00"+t.key.site)
+	release, err := t.lease.Lease(lctx, "\x00domain\x00"+t.key)
 	cancel()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -201,7 +368,7 @@ func (t *cmTurn) leaveLeaseLocked() func() {
 	if l.release == nil {
 		return nil
 	}
-	l.over = l.over || time.Since(l.at) >= cmLeaseTurn || !d.gated.Load() || d.inUse == 0 && len(d.queue) == 0
+	l.over = l.over || time.Since(l.at) >= cmLeaseTurn || d.width == 0 || d.inUse == 0 && len(d.queue) == 0
 	if !l.over || l.users > 0 {
 		return nil
 	}
@@ -209,237 +376,4 @@ func (t *cmTurn) leaveLeaseLocked() func() {
 	l.release, l.over = nil, false
 	l.changedLocked()
 	return release
-}
-
-// admitted waits for a place in the gate, or goes straight in.
-func (t *cmTurn) admitted(ctx context.Context, limit time.Duration) (bool, error) {
-	d := t.d
-	if t.held { // kept its place through a pause: in at once
-		d.mu.Lock()
-		d.admits++
-		t.admit, t.alone = d.admits, d.inUse == 1
-		d.mu.Unlock()
-		return false, nil
-	}
-	w := t.join()
-	if w == nil {
-		return false, nil
-	}
-	d.mu.Lock()
-	mark := d.admits
-	d.mu.Unlock()
-	ctx, cancel := bounded(ctx, limit)
-	defer cancel()
-	stall := time.NewTimer(cmStall)
-	defer stall.Stop()
-	for {
-		select {
-		case <-w.ready:
-			t.admit, t.alone, t.held = w.admit, w.alone, true
-			return true, nil
-		case <-ctx.Done():
-			d.leave(w)
-			return true, context.Cause(ctx)
-		case <-stall.C:
-			d.mu.Lock()
-			if d.admits == mark && len(d.queue) > 0 && d.queue[0] == w {
-				d.width++ // stood still: the attempts inside may wait for the callers outside
-				d.grantLocked()
-			}
-			mark = d.admits
-			d.mu.Unlock()
-			stall.Reset(cmStall)
-		}
-	}
-}
-
-// join admits t at once if its domain is open, or its gate has room and
-// nobody waits (it returns nil), or queues it by its call's arrival and
-// returns its waiter.
-func (t *cmTurn) join() *cmWaiter {
-	d := t.d
-	t.admit = 0
-	if !d.gated.Load() {
-		t.straight()
-		return nil
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.gated.Load() {
-		t.straight()
-		return nil
-	}
-	if t.arrival == 0 {
-		t.arrival = arrivals.Add(1)
-	}
-	if len(d.queue) == 0 && d.inUse < d.width {
-		t.admit, t.alone = d.enterLocked()
-		t.held = true
-		return nil
-	}
-	w := &cmWaiter{ready: make(chan struct{}), arrival: t.arrival}
-	i := len(d.queue)
-	for i > 0 && d.queue[i-1].arrival > w.arrival {
-		i--
-	}
-	d.queue = slices.Insert(d.queue, i, w)
-	return w
-}
-
-// straight counts an attempt that goes straight in.
-func (t *cmTurn) straight() {
-	t.d.inflight.Add(1)
-	t.counted = true
-}
-
-// leave takes a waiter that gives up out of the queue, or, if it was
-// admitted meanwhile, passes its place on.
-func (d *cmDomain) leave(w *cmWaiter) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if w.granted {
-		d.inUse--
-		d.grantLocked()
-	} else {
-		d.queue = slices.DeleteFunc(d.queue, func(x *cmWaiter) bool { return x == w })
-	}
-}
-
-// bounded is ctx ending after limit too (negative: never).
-func bounded(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc) {
-	if limit < 0 {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, limit)
-}
-
-func (d *cmDomain) enterLocked() (admit uint64, alone bool) {
-	alone = d.inUse == 0
-	d.inUse++
-	d.admits++
-	return d.admits, alone
-}
-
-func (d *cmDomain) grantLocked() {
-	for len(d.queue) > 0 && d.inUse < d.width {
-		w := d.queue[0]
-		d.queue = d.queue[1:]
-		w.granted = true
-		w.admit, w.alone = d.enterLocked()
-		close(w.ready)
-	}
-}
-
-func (t *cmTurn) done(conflict bool, now time.Time) (pause time.Duration, spaced bool) {
-	d := t.d
-	if t.counted {
-		d.inflight.Add(-1)
-		t.counted = false
-		if !conflict { // went straight in and committed: no lock
-			d.commits.Add(1)
-			return 0, false
-		}
-	}
-	d.mu.Lock()
-	if t.admit != 0 {
-		if t.alone && t.admit == d.admits {
-			// No other attempt of this process overlapped: a conflict
-			// came from elsewhere.
-			pause = d.paceLocked(conflict, now, t.since, t.rand)
-			d.lease.wanted = d.lease.wanted || conflict && t.lease != nil
-		}
-		if pause == 0 {
-			d.inUse--
-			t.held = false
-		}
-	}
-	d.learnLocked(conflict, t.admit, t.max)
-	d.grantLocked()
-	spaced = d.gated.Load()
-	release := t.leaveLeaseLocked()
-	d.mu.Unlock()
-	if release != nil {
-		release()
-	}
-	return pause, spaced
-}
-
-func (t *cmTurn) cancel() {
-	if t.counted {
-		t.d.inflight.Add(-1)
-		t.counted = false
-	}
-	if !t.held {
-		return
-	}
-	t.held = false
-	d := t.d
-	d.mu.Lock()
-	d.inUse--
-	d.grantLocked()
-	release := t.leaveLeaseLocked()
-	d.mu.Unlock()
-	if release != nil {
-		release()
-	}
-}
-
-// learnLocked updates the domain with an attempt's end: the moving average
-// of conflicts, the gate's state and its width (at most maxWidth).
-func (d *cmDomain) learnLocked(conflict bool, admit uint64, maxWidth int) {
-	n := d.commits.Swap(0) // ungated commits since the last update
-	if !conflict {
-		n++
-	}
-	d.rate *= math.Pow(1-cmAlpha, float64(n))
-	if conflict {
-		d.rate += cmAlpha * (1 - d.rate)
-	}
-	switch {
-	case !d.gated.Load():
-		if conflict && d.rate > cmMaxRate && maxWidth > 1 {
-			// Half the attempts now in flight: a hot row halves down to
-			// 1 in a few conflicts, a domain whose conflicts only brush
-			// the quarter stays wide.
-			d.width, d.streak, d.fails = min(max(1, int(d.inflight.Load())/2), maxWidth), 0, 0
-			d.narrowed = d.admits
-			d.gated.Store(true)
-		}
-	case conflict && d.rate > cmMaxRate: // a rarer conflict neither narrows nor holds the width
-		d.streak = 0
-		// Once per generation: the attempts admitted before the last
-		// narrowing ran at the old width, and a burst of their conflicts
-		// (PostgreSQL's SSI fails several at once) says nothing of the new.
-		if d.width > 1 && admit > d.narrowed {
-			d.width /= 2
-			d.fails = min(d.fails+1, cmMaxFails)
-			d.narrowed = d.admits
-		}
-	case conflict: // under cmMaxRate: nothing changes
-	default:
-		d.streak++
-		if d.streak >= cmStreak*d.width<<d.fails {
-			d.width, d.streak = min(2*d.width, maxWidth), 0
-			if d.width >= maxWidth {
-				d.gated.Store(false) // contention is over: the gate opens
-				d.lease.wanted = false
-			}
-		}
-	}
-}
-
-// paceLocked learns from an attempt that no other attempt of this domain
-// overlapped: a conflict doubles the pace and returns a pause of up to it,
-// jittered, shrinking with the call's age, taken in the caller's place; a
-// commit decays the pace.
-func (d *cmDomain) paceLocked(conflict bool, now, since time.Time, rnd func() float64) time.Duration {
-	if !conflict {
-		if d.pace = time.Duration(float64(d.pace) * cmPaceDecay); d.pace < cmMinPace {
-			d.pace = 0
-		}
-		return 0
-	}
-	d.pace = min(max(2*d.pace, cmMinPace), cmMaxPace)
-	p := float64(d.pace) * rnd() * max(0, 1-float64(now.Sub(since))/float64(cmPacePatience))
-	return max(time.Duration(p), 1) // 1: at once, in its place
 }

@@ -67,7 +67,7 @@ func TestDomainLeasesOnlyAfterForeignConflicts(t *testing.T) {
 	if _, err := b.enter(context.Background(), -1); err != nil {
 		t.Fatal(err)
 	}
-	if f.taken != 1 || f.keys[len(f.keys)-1] != "\x00domain\x00hot\x00" {
+	if f.taken != 1 || f.keys[len(f.keys)-1] != "\x00domain\x00label:hot" {
 		t.Fatalf("admission took %d leases, keys %q; want 1 of the domain", f.taken, f.keys)
 	}
 	// The turn runs on real time (cmLeaseTurn): on a loaded machine it
@@ -87,7 +87,7 @@ func TestDomainLeasesOnlyAfterForeignConflicts(t *testing.T) {
 	if f.released != 1 {
 		t.Fatalf("released %d leases once the domain was idle, want 1", f.released)
 	}
-	for d.gated.Load() {
+	for d.width > 0 {
 		a.attempt(t, false)
 	}
 	if d.lease.wanted || f.taken != f.released {

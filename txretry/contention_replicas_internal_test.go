@@ -2,7 +2,6 @@ package txretry
 
 import (
 	"container/heap"
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -46,14 +45,13 @@ type simReplica struct {
 	id      int
 	m       *ContentionManager
 	d       *cmDomain  // the one domain of the replica's calls
-	waiting []*simCall // queued at the gate (c.w != nil), by arrival
+	waiting []*simCall // queued at the gate, by arrival
 }
 
 type simCall struct {
 	r          *simReplica
 	start, end time.Duration // end is the deadline
 	turn       cmTurn
-	w          *cmWaiter // while queued at the gate
 	attempts   int
 	minDur     time.Duration
 	done       bool
@@ -121,7 +119,7 @@ func (s *replicaSim) begin(r *simReplica) {
 	c := &simCall{r: r, start: s.now, end: s.now + s.deadline}
 	c.turn = cmTurn{d: r.d, max: r.m.maxWidth(), since: s.clock(), rand: s.rnd.Float64}
 	s.at(s.deadline, func() { // the deadline passes while the call queues
-		if c.w != nil {
+		if slices.Contains(r.waiting, c) {
 			s.giveUp(c)
 		}
 	})
@@ -132,20 +130,14 @@ func (s *replicaSim) begin(r *simReplica) {
 // starts the attempt once admitted.
 func (s *replicaSim) admit(c *simCall) {
 	t := &c.turn
-	if t.held { // kept its place through a pause: enter does not block
-		if _, err := t.enter(context.Background(), -1); err != nil {
-			panic(err)
-		}
-		s.admitted(c)
-		return
-	}
 	// What enter does, up to the point where it would block.
-	w := t.join()
-	if w == nil {
+	t.d.mu.Lock()
+	in := t.join()
+	t.d.mu.Unlock()
+	if in {
 		s.admitted(c)
 		return
 	}
-	c.w = w
 	r := c.r
 	j := len(r.waiting)
 	for j > 0 && r.waiting[j-1].turn.arrival > t.arrival {
@@ -158,27 +150,23 @@ func (s *replicaSim) admit(c *simCall) {
 // when its context ends.
 func (s *replicaSim) giveUp(c *simCall) {
 	r := c.r
-	r.d.leave(c.w)
+	c.turn.cancel()
 	r.waiting = slices.DeleteFunc(r.waiting, func(x *simCall) bool { return x == c })
-	c.w = nil
 	s.pump(r)
 	s.finish(c, false)
 }
 
 // pump starts the attempts of r's queued calls that grantLocked admitted,
-// as their enter would return once w.ready is closed.
+// as their enter would return once their turn's ready is closed.
 func (s *replicaSim) pump(r *simReplica) {
 	for {
-		i := slices.IndexFunc(r.waiting, func(c *simCall) bool { return c.w.granted })
+		i := slices.IndexFunc(r.waiting, func(c *simCall) bool { return c.turn.held })
 		if i < 0 {
 			return
 		}
 		c := r.waiting[i]
 		r.waiting = slices.Delete(r.waiting, i, i+1)
-		w := c.w
-		c.w = nil
-		<-w.ready // closed by grantLocked
-		c.turn.admit, c.turn.alone, c.turn.held = w.admit, w.alone, true
+		<-c.turn.ready // closed by grantLocked
 		s.admitted(c)
 	}
 }

@@ -17,9 +17,9 @@ import (
 // done no lease stays held and no connection stays in use.
 func TestHotDomainLeasedAcrossReplicas(t *testing.T) {
 	const replicas, workers, calls = 4, 4, 40
-	// The lease's lock name: the documented mapping of the domain of the
-	// label "lease-hot".
-	const leaseKey = "\x00domain\x00lease-hot\x00"
+	// The lease's lock name for the domain of the label "lease-hot"
+	// (domainKey and takeLease in package txretry).
+	const leaseKey = "\x00domain\x00label:lease-hot"
 	forEachReplicaKind(t, func(t *testing.T, k replicaKind) {
 		dsn, paths := replicaPaths(t, k, replicas)
 		ctx := testContext(t)
