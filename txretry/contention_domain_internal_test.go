@@ -339,7 +339,8 @@ func TestDomainKeys(t *testing.T) {
 
 // A gate closes at half the attempts then in flight, not at 1: a domain
 // whose conflicts only brush the quarter stays wide, and a hot row halves
-// down to 1 within a few more conflicts.
+// down to 1 within a few more conflicts. The attempts in flight keep their
+// places: a caller queues until fewer than the width are in.
 func TestDomainGateClosesAtHalfTheAttemptsInFlight(t *testing.T) {
 	m := new(ContentionManager)
 	hot := newTurn(m, "hot")
@@ -356,9 +357,22 @@ func TestDomainGateClosesAtHalfTheAttemptsInFlight(t *testing.T) {
 	if n := hot.d.inUse; n != 20 {
 		t.Fatalf("%d places in use after the gate closed, want the 20 attempts still in", n)
 	}
-	for _, r := range running { // a burst from before the closing: no narrowing
+	late := newTurn(m, "hot")
+	lq := queue(t, hot.d, late, context.Background())
+	for i, r := range running { // a burst from before the closing: no narrowing
 		r.done(true, t0)
+		if i == 9 {
+			select {
+			case <-lq:
+				t.Fatal("a queued caller entered with 10 attempts in, at width 10")
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
 	}
+	if err := <-lq; err != nil {
+		t.Fatal(err)
+	}
+	late.cancel()
 	if n := hot.d.inUse; n != 0 || hot.d.width != 10 {
 		t.Fatalf("%d places in use, width %d after the attempts in flight conflicted; want 0 and 10", n, hot.d.width)
 	}
