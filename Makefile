@@ -11,9 +11,12 @@ MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
 .PHONY: test unit modules integration lint demo bench env matrix
 
 # The go test commands of make test, one per argument of testsum, run from
-# integration/: the library's unit tests, then every nested module.
-TEST_COMMANDS := "-C .. $(RACE) -count=1 ./..." \
-	$(foreach m,$(MODULES),"-C ../$(m) $(RACE) -count=1 ./...")
+# integration/: the library's unit tests, then every nested module. txbench's
+# end-to-end test (every workload, runner and driver at 1 and 2 processes)
+# takes 7-8 minutes alone under -race on 2 cores: past go test's default
+# 10-minute limit beside the other packages.
+TEST_COMMANDS := "-C .. $(RACE) -count=1 -timeout 20m ./..." \
+	$(foreach m,$(MODULES),"-C ../$(m) $(RACE) -count=1 -timeout 20m ./...")
 
 ## test: every module's tests with -race, on one PostgreSQL and one MySQL-family server shared by all
 ## (TXRETRY_PG_DSN / TXRETRY_MYSQL_DSN, else Docker, else throwaway servers from the installed
