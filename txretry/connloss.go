@@ -27,8 +27,10 @@ import (
 //     57P02, 57P03 (shutting down, starting up), or MySQL/MariaDB's 1053
 //     (server shutdown) and 1927 (connection killed);
 //   - COMMIT failed with an error that proves nothing was sent or done
-//     (driver.ErrBadConn, SafeToRetry), the same proof that makes any COMMIT
-//     error "not committed" (see the package documentation).
+//     (SafeToRetry; driver.ErrBadConn only from go-sql-driver/mysql and
+//     pgx's stdlib, never lib/pq's or an unknown driver's), the same proof
+//     that makes any COMMIT error "not committed" (see the package
+//     documentation).
 //
 // Never retried: a connection lost while COMMIT was in flight. That commit
 // is uncertain, with or without this option: it goes to the verifier

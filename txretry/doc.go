@@ -97,10 +97,48 @@
 //     answered COMMIT with ROLLBACK because the transaction had already
 //     failed), sql.ErrTxDone after fn ended the transaction itself;
 //   - an error for which pgconn's SafeToRetry is true (nothing was sent);
-//   - driver.ErrBadConn, which by its contract means the driver did not
-//     perform the operation.
+//   - driver.ErrBadConn only from the drivers whose source shows that they
+//     return it from COMMIT before sending it (below): database/sql's
+//     contract says "did not perform the operation", but lib/pq returns it
+//     after sending COMMIT.
 //
-// Everything else is uncertain.
+// Everything else is uncertain. Per driver (the database/sql adapter, and
+// those built on BeginSQLOn, tell a *sql.DB's or *sql.Conn's driver by the
+// package of its type; the core module requires pgx v5.13.0 and
+// go-sql-driver/mysql v1.10.1, so a program has those or later):
+//
+//   - pgx, native (pgxretry): the server's answer, SafeToRetry (pgconn
+//     marks an error safe when it wrote nothing) and ErrTxCommitRollback.
+//     pgx never returns driver.ErrBadConn.
+//   - pgx v5's stdlib driver: the same. Its transaction's Commit is pgx's
+//     (stdlib/sql.go, wrapTx.Commit calls pgx.Tx.Commit); stdlib returns
+//     driver.ErrBadConn only from PrepareContext, BeginTx, ExecContext,
+//     QueryContext, Ping and ResetSession, for a closed connection or a
+//     SafeToRetry error, never from COMMIT.
+//   - go-sql-driver/mysql: the server's answer (above) and
+//     driver.ErrBadConn. Its COMMIT
+//     (transaction.go, mysqlTx.Commit; connection.go, mysqlConn.exec)
+//     returns it through markBadConn only for a write that sent no byte of
+//     the command (packets.go, writePacket's errBadConnNoWrite), and from
+//     handleErrorPacket for the server's refusal of a read-only server
+//     (1290, 1792, 1836) under rejectReadOnly. A reply lost after sending
+//     is ErrInvalidConn: uncertain.
+//   - lib/pq (v1.10.9): the server's answer (an ERROR-level *pq.Error)
+//     and ErrInFailedTransaction (conn.go, (*conn).Commit rolls back a
+//     transaction the server reported failed instead of sending COMMIT).
+//     driver.ErrBadConn is uncertain: error.go's (*conn).errRecover returns
+//     it for io.EOF while reading COMMIT's reply and for every FATAL error
+//     (57P01 of a shutdown included), after COMMIT was sent; a broken
+//     socket is a *net.OpError, uncertain too. lib/pq waits for a stalled
+//     reply after COMMIT's context ended (it sends a CancelRequest, which
+//     a partition stops): bound its reads with a Dialer (Connector.Dialer)
+//     whose connections set read deadlines.
+//   - other drivers: the server's answer (a SQLSTATE or MySQL error
+//     number), SafeToRetry, and what an adapter marks with NotCommitted;
+//     driver.ErrBadConn is uncertain.
+//
+// With WithRetryOnConnectionLoss only a COMMIT error proven "not
+// committed" can be retried without a verifier; an uncertain one never is.
 //
 // # Idempotency keys: exactly once across retries and crashes
 //

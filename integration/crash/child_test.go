@@ -18,13 +18,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/txretry/txretry/integration/internal/pqconn"
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/pgxretry"
 )
 
 // The child's environment, set by the parent.
 const (
-	envChild  = "TXRETRY_CRASH_CHILD" // the driver path: pgx, pgx-stdlib or mysql
+	envChild  = "TXRETRY_CRASH_CHILD" // the driver path: pgx, pgx-stdlib, pq or mysql
 	envDSN    = "TXRETRY_CRASH_DSN"   // the database, reached through envProxy
 	envProxy  = "TXRETRY_CRASH_PROXY" // host:port of the fault proxy
 	envRound  = "TXRETRY_CRASH_ROUND" // the child's number, written in the ledger
@@ -139,15 +140,24 @@ func openChild(path, dsn, proxy string) (run childRunner, mysqlPlaceholders bool
 		return nil, false, nil, err
 	}
 	switch path {
-	case "pgx", "pgx-stdlib":
+	case "pgx", "pgx-stdlib", "pq":
 		cfg, err := pgx.ParseConfig(dsn)
 		if err != nil {
 			return nil, false, nil, err
 		}
 		port, _ := strconv.Atoi(portS)
 		cfg.Host, cfg.Port, cfg.Fallbacks = host, uint16(port), nil
-		if path == "pgx-stdlib" {
+		switch path {
+		case "pgx-stdlib":
 			db := stdlib.OpenDB(*cfg)
+			return sqlRunner(db), false, func() { db.Close() }, nil
+		case "pq":
+			// lib/pq waits for a stalled COMMIT reply after the context
+			// ended: bound it by reads, as go-sql-driver's readTimeout does.
+			db, err := pqconn.Open(cfg, 2*time.Second)
+			if err != nil {
+				return nil, false, nil, err
+			}
 			return sqlRunner(db), false, func() { db.Close() }, nil
 		}
 		pcfg, err := pgxpool.ParseConfig(dsn)

@@ -64,7 +64,7 @@ func wantKills(t *testing.T) int {
 // TestCrashExactlyOnce runs the campaign on each driver path.
 func TestCrashExactlyOnce(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	for _, path := range []string{"pgx", "pgx-stdlib", "mysql"} {
+	for _, path := range []string{"pgx", "pgx-stdlib", "pq", "mysql"} {
 		t.Run(path, func(t *testing.T) { campaign(t, path) })
 	}
 }

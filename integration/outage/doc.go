@@ -26,7 +26,8 @@
 // goes on for two seconds after it.
 //
 //   - TestRestartPgxPool (pgxpool and pgxretry), TestRestartPgxStdlib
-//     (database/sql, driver "pgx") and TestRestartMariaDB (go-sql-driver):
+//     (database/sql, driver "pgx"), TestRestartPQ (lib/pq) and
+//     TestRestartMariaDB (go-sql-driver):
 //     the server is shut down (PostgreSQL's fast shutdown, MariaDB's
 //     normal one), paused for a second and started on the same port.
 //   - TestRestartPgBouncer: a PgBouncer in transaction pooling mode is shut

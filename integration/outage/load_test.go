@@ -75,7 +75,11 @@ func pgxPool(t *testing.T, dsn string) *path {
 // when t ends.
 func sqlDB(t *testing.T, name string, e dbserver.Engine, dsn string) *path {
 	t.Helper()
-	db := openDB(t, e, dsn)
+	return sqlPath(name, e, openDB(t, e, dsn))
+}
+
+// sqlPath returns the database/sql path over db.
+func sqlPath(name string, e dbserver.Engine, db *sql.DB) *path {
 	db.SetMaxOpenConns(workers)
 	db.SetMaxIdleConns(workers)
 	return &path{name: name, engine: e,

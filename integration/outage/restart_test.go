@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/lib/pq" // database/sql driver "postgres"
 
 	"github.com/txretry/txretry/integration/dbserver"
 	"github.com/txretry/txretry/mysqlerr"
@@ -134,6 +135,23 @@ func TestRestartPgxStdlib(t *testing.T) {
 	dsn := pgDSN(srv)
 	restartTest(t, srv, dbserver.Postgres, dsn, dsn, func(t *testing.T) *path {
 		return sqlDB(t, "pgx stdlib", dbserver.Postgres, dsn)
+	})
+}
+
+// TestRestartPQ is TestRestartPgxPool through database/sql with lib/pq,
+// which reports a connection that the shutdown ended (57P01, EOF) as
+// driver.ErrBadConn, in COMMIT too: such a COMMIT is uncertain, never
+// retried blindly, and the commit marker settles it.
+func TestRestartPQ(t *testing.T) {
+	srv := private(t, dbserver.Postgres)
+	dsn := pgDSN(srv)
+	restartTest(t, srv, dbserver.Postgres, dsn, dsn, func(t *testing.T) *path {
+		db, err := sql.Open("postgres", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return sqlPath("lib/pq", dbserver.Postgres, db)
 	})
 }
 

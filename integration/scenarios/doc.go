@@ -6,6 +6,7 @@
 //
 //   - pgx-native: pgxretry.RunInTx over a *pgxpool.Pool;
 //   - pgx-stdlib: txretry.RunInTx over a *sql.DB opened with pgx's stdlib;
+//   - pq: txretry.RunInTx over a *sql.DB of lib/pq (PostgreSQL paths too);
 //   - mysql: txretry.RunInTx over a *sql.DB of go-sql-driver/mysql, against
 //     MySQL or MariaDB.
 //

@@ -17,9 +17,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/lib/pq"
 	"go.uber.org/goleak"
 
 	"github.com/txretry/txretry/integration/dbserver/dbservertest"
+	"github.com/txretry/txretry/integration/internal/pqconn"
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/pgxretry"
 )
@@ -224,6 +226,19 @@ var pgDialect = &dialect{
 	},
 }
 
+// pqDialect is PostgreSQL's through lib/pq, whose server errors are
+// *pq.Error.
+var pqDialect = func() *dialect {
+	d := *pgDialect
+	d.codeOf = func(err error) string {
+		if pe, ok := errors.AsType[*pq.Error](err); ok {
+			return string(pe.Code)
+		}
+		return ""
+	}
+	return &d
+}()
+
 var mysqlDialect = &dialect{
 	rebind: func(q string) string { return placeholder.ReplaceAllLiteralString(q, "?") },
 	codeOf: func(err error) string {
@@ -305,10 +320,11 @@ type pathKind struct {
 var (
 	pgxNative = pathKind{name: "pgx-native", server: dbservertest.PostgresAdmin, open: openPgxNative}
 	pgxStdlib = pathKind{name: "pgx-stdlib", server: dbservertest.PostgresAdmin, open: openPgxStdlib}
+	pqPath    = pathKind{name: "pq", server: dbservertest.PostgresAdmin, open: openPQ}
 	mysqlPath = pathKind{name: "mysql", server: dbservertest.MySQLAdmin, open: openMySQL}
 
-	allPaths      = []pathKind{pgxNative, pgxStdlib, mysqlPath}
-	postgresPaths = []pathKind{pgxNative, pgxStdlib}
+	allPaths      = []pathKind{pgxNative, pgxStdlib, pqPath, mysqlPath}
+	postgresPaths = []pathKind{pgxNative, pgxStdlib, pqPath}
 )
 
 func openPgxNative(t *testing.T) *driverPath { return pgxNativeOn(t, dbservertest.Postgres(t)) }
@@ -352,6 +368,25 @@ func pgxStdlibOn(t *testing.T, dsn string) *driverPath {
 	cfg.RuntimeParams["deadlock_timeout"] = pgDeadlockTimeout
 	db := stdlib.OpenDB(*cfg)
 	p := sqlPath("pgx-stdlib", pgDialect, db)
+	p.admin = dbservertest.PostgresAdmin(t)
+	closeAtEnd(t, p, db.Close)
+	return p
+}
+
+func openPQ(t *testing.T) *driverPath { return pqOn(t, dbservertest.Postgres(t)) }
+
+// pqOn opens a lib/pq path on dsn, a database of the test's.
+func pqOn(t *testing.T, dsn string) *driverPath {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("parse DSN: %v", err)
+	}
+	cfg.RuntimeParams["deadlock_timeout"] = pgDeadlockTimeout
+	db, err := pqconn.Open(cfg, 0)
+	if err != nil {
+		t.Fatalf("lib/pq: %v", err)
+	}
+	p := sqlPath("pq", pqDialect, db)
 	p.admin = dbservertest.PostgresAdmin(t)
 	closeAtEnd(t, p, db.Close)
 	return p

@@ -32,6 +32,7 @@ type replicaKind struct {
 var replicaKinds = []replicaKind{
 	{name: "pgx-native", fresh: dbservertest.Postgres, on: pgxNativeOn, sqlDriver: "pgx"},
 	{name: "pgx-stdlib", fresh: dbservertest.Postgres, on: pgxStdlibOn, sqlDriver: "pgx"},
+	{name: "pq", fresh: dbservertest.Postgres, on: pqOn, sqlDriver: "pgx"},
 	{name: "mysql", fresh: dbservertest.MySQL, on: mysqlOn, sqlDriver: "mysql"},
 }
 

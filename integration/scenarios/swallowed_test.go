@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/lib/pq"
 
 	"github.com/txretry/txretry/pgerr"
 	"github.com/txretry/txretry/txretry"
@@ -16,8 +17,10 @@ import (
 // returned nil.
 type swallowed struct {
 	// failed: the call returned an error; commitRollback: it matches
-	// pgx.ErrTxCommitRollback (the server answered COMMIT with ROLLBACK).
-	failed, commitRollback bool
+	// pgx.ErrTxCommitRollback (the server answered COMMIT with ROLLBACK);
+	// inFailedTx: it matches lib/pq's ErrInFailedTransaction (lib/pq saw
+	// the transaction failed and rolled it back instead of sending COMMIT).
+	failed, commitRollback, inFailedTx bool
 	// code of the swallowed error found in the returned error as the
 	// driver's type, or "" when the path cannot know it.
 	code string
@@ -34,6 +37,8 @@ type swallowed struct {
 //     ROLLBACK: the error matches pgx.ErrTxCommitRollback and the 23505.
 //   - pgx-stdlib: database/sql cannot see the swallowed error; COMMIT still
 //     reports ErrTxCommitRollback, so the call fails.
+//   - pq: lib/pq rolls the failed transaction back and reports
+//     ErrInFailedTransaction, proven not committed; the call fails.
 //   - mysql: MySQL and MariaDB roll back only the failed statement, not the
 //     transaction: COMMIT succeeds and the first row is committed. RunInTx
 //     returns nil, which is the server's semantics, not a lost error.
@@ -41,6 +46,7 @@ func TestSwallowedUniqueViolation(t *testing.T) {
 	want := map[string]swallowed{
 		pgxNative.name: {failed: true, commitRollback: true, code: "23505", runs: 1},
 		pgxStdlib.name: {failed: true, commitRollback: true, runs: 1},
+		pqPath.name:    {failed: true, inFailedTx: true, runs: 1},
 		mysqlPath.name: {runs: 1, applied: true},
 	}
 	forEachPath(t, allPaths, func(t *testing.T, p *driverPath) {
@@ -67,10 +73,12 @@ func TestSwallowedUniqueViolation(t *testing.T) {
 //     turned into ROLLBACK is retried; the second attempt commits.
 //   - pgx-stdlib: database/sql cannot see the swallowed error; the call fails
 //     with ErrTxCommitRollback, not retried.
+//   - pq: the call fails with lib/pq's ErrInFailedTransaction, not retried.
 func TestSwallowedSerializationFailure(t *testing.T) {
 	want := map[string]swallowed{
 		pgxNative.name: {runs: 2, applied: true},
 		pgxStdlib.name: {failed: true, commitRollback: true, runs: 1},
+		pqPath.name:    {failed: true, inFailedTx: true, runs: 1},
 	}
 	forEachPath(t, postgresPaths, func(t *testing.T, p *driverPath) {
 		ctx := testContext(t)
@@ -99,6 +107,7 @@ func TestSwallowedSerializationFailure(t *testing.T) {
 //   - pgx-native: pgxretry recorded the 40P01; the COMMIT turned into
 //     ROLLBACK is retried and the second attempt applies everything.
 //   - pgx-stdlib: ErrTxCommitRollback; nothing of the victim is applied.
+//   - pq: lib/pq's ErrInFailedTransaction; nothing of the victim is applied.
 //   - mysql: nil, although only part of fn's work persisted. The deadlock
 //     rolled back the whole transaction and left the session outside any
 //     transaction, so the marker insert that fn ran afterwards was
@@ -116,6 +125,7 @@ func TestSwallowedDeadlock(t *testing.T) {
 	want := map[string]outcome{
 		pgxNative.name: {swallowed{runs: 2, applied: true}, 204},
 		pgxStdlib.name: {swallowed{failed: true, commitRollback: true, runs: 1}, 202},
+		pqPath.name:    {swallowed{failed: true, inFailedTx: true, runs: 1}, 202},
 		mysqlPath.name: {swallowed{runs: 1, applied: true}, 202},
 	}
 	forEachPath(t, allPaths, func(t *testing.T, p *driverPath) {
@@ -150,11 +160,15 @@ func checkSwallowed(t *testing.T, ctx context.Context, p *driverPath, want swall
 	if got := errors.Is(err, pgx.ErrTxCommitRollback); got != want.commitRollback {
 		t.Errorf("RunInTx = %v; matches pgx.ErrTxCommitRollback: %v, want %v", err, got, want.commitRollback)
 	}
-	// A COMMIT answered with ROLLBACK proves nothing was committed. On the
-	// pgx-stdlib path the database/sql adapter knows it only by pgx's error
-	// text, which this real server's answer pins (issue 15, defect 5): a pgx
-	// that words it otherwise makes the call uncertain here.
-	if want.commitRollback && (!errors.Is(err, txretry.ErrNotCommitted) || errors.Is(err, txretry.ErrCommitUncertain)) {
+	if got := errors.Is(err, pq.ErrInFailedTransaction); got != want.inFailedTx {
+		t.Errorf("RunInTx = %v; matches pq.ErrInFailedTransaction: %v, want %v", err, got, want.inFailedTx)
+	}
+	// A COMMIT answered with ROLLBACK proves nothing was committed, and so
+	// does lib/pq's rollback of a failed transaction. On the pgx-stdlib and
+	// pq paths the database/sql adapter knows them only by the drivers'
+	// error texts, which this real server's answer pins (issue 15, defect
+	// 5): a driver that words them otherwise makes the call uncertain here.
+	if (want.commitRollback || want.inFailedTx) && (!errors.Is(err, txretry.ErrNotCommitted) || errors.Is(err, txretry.ErrCommitUncertain)) {
 		t.Errorf("RunInTx = %v; want it proven not committed (ErrNotCommitted), not uncertain", err)
 	}
 	if code := p.d.codeOf(err); code != want.code {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/integration/internal/faultproxy"
+	"github.com/txretry/txretry/integration/internal/pqconn"
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/pgxretry"
 )
@@ -44,7 +45,7 @@ const commitTimeout = 700 * time.Millisecond
 // paths opens every driver path through its own proxy, in a fresh database.
 func paths(t *testing.T) []*path {
 	t.Helper()
-	return []*path{pgxNative(t), pgxStdlib(t), mysqlPath(t)}
+	return []*path{pgxNative(t), pgxStdlib(t), pqPath(t), mysqlPath(t)}
 }
 
 func pgPlaceholder(n int) string         { return "$" + strconv.Itoa(n) }
@@ -110,6 +111,19 @@ func pgxStdlib(t *testing.T) *path {
 	db := stdlib.OpenDB(*proxied)
 	t.Cleanup(func() { db.Close() })
 	return &path{name: "pgx-stdlib", proto: faultproxy.Postgres, pg: true, direct: direct, proxy: proxy, ph: pgPlaceholder,
+		inUse: func() int { return db.Stats().InUse }, run: sqlRunner(db)}
+}
+
+func pqPath(t *testing.T) *path {
+	_, direct, proxy, proxied := pgSetup(t)
+	// lib/pq keeps waiting for a stalled reply after COMMIT's context
+	// ended: only a read timeout bounds it, as for go-sql-driver.
+	db, err := pqconn.Open(proxied, commitTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return &path{name: "pq", proto: faultproxy.Postgres, pg: true, direct: direct, proxy: proxy, ph: pgPlaceholder,
 		inUse: func() int { return db.Stats().InUse }, run: sqlRunner(db)}
 }
 
