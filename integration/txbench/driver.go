@@ -47,7 +47,12 @@ const rollbackTimeout = 5 * time.Second
 type querier interface {
 	// queryInt returns the single int64 column of the single row of q.
 	queryInt(ctx context.Context, q string, args ...any) (int64, error)
+	// queryInts returns the rows of q, whose ncol columns are integers,
+	// flattened row by row (none: empty).
+	queryInts(ctx context.Context, q string, ncol int, args ...any) ([]int64, error)
 	exec(ctx context.Context, q string, args ...any) error
+	// execCount runs q and returns the number of rows it affected.
+	execCount(ctx context.Context, q string, args ...any) (int64, error)
 }
 
 // txBody is the body of one call's transaction.
@@ -61,8 +66,9 @@ type conn interface {
 	// flattened row by row.
 	queryInts(ctx context.Context, q string, ncol int) ([]int64, error)
 	// runTxretry runs body, a call of class cl, with txretry (RunInTx or
-	// pgxretry.RunInTx), through the fn of its class (pgxFn, sqlFn).
-	runTxretry(ctx context.Context, cl callClass, body txBody, opts []txretry.Option) error
+	// pgxretry.RunInTx), through the fn literal of its class (pgxFn, sqlFn)
+	// or, with methodValue, through txCall's method value of its class.
+	runTxretry(ctx context.Context, cl callClass, methodValue bool, body txBody, opts []txretry.Option) error
 	// attempt runs one SERIALIZABLE transaction: BEGIN, body, COMMIT
 	// (ROLLBACK if body failed), as a peer's hand-written loop would,
 	// and returns the phase that failed.
@@ -156,9 +162,14 @@ func (c *pgxConn) queryInts(ctx context.Context, q string, ncol int) ([]int64, e
 	return scanInts(rows, ncol)
 }
 
-func (c *pgxConn) runTxretry(ctx context.Context, cl callClass, body txBody, opts []txretry.Option) error {
+func (c *pgxConn) runTxretry(ctx context.Context, cl callClass, methodValue bool, body txBody, opts []txretry.Option) error {
+	if methodValue {
+		return pgxretry.RunInTx(ctx, c.pool, (&txCall[pgx.Tx]{body: body, wrap: wrapPgx}).method(cl), opts...)
+	}
 	return pgxretry.RunInTx(ctx, c.pool, pgxFn(cl, body), opts...)
 }
+
+func wrapPgx(tx pgx.Tx) querier { return pgxTx{tx} }
 
 // pgxFn returns the fn that runs body in a pgx transaction: a literal of its
 // own per class of call, so that txretry, which keys its contention control
@@ -199,9 +210,23 @@ func (t pgxTx) queryInt(ctx context.Context, q string, args ...any) (int64, erro
 	return v, err
 }
 
+func (t pgxTx) queryInts(ctx context.Context, q string, ncol int, args ...any) ([]int64, error) {
+	rows, err := t.tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return scanInts(rows, ncol)
+}
+
 func (t pgxTx) exec(ctx context.Context, q string, args ...any) error {
 	_, err := t.tx.Exec(ctx, q, args...)
 	return err
+}
+
+func (t pgxTx) execCount(ctx context.Context, q string, args ...any) (int64, error) {
+	tag, err := t.tx.Exec(ctx, q, args...)
+	return tag.RowsAffected(), err
 }
 
 // scanner is what scanInts needs from pgx.Rows and *sql.Rows.
@@ -324,9 +349,14 @@ func (c *sqlConn) queryInts(ctx context.Context, q string, ncol int) ([]int64, e
 	return scanInts(rows, ncol)
 }
 
-func (c *sqlConn) runTxretry(ctx context.Context, cl callClass, body txBody, opts []txretry.Option) error {
+func (c *sqlConn) runTxretry(ctx context.Context, cl callClass, methodValue bool, body txBody, opts []txretry.Option) error {
+	if methodValue {
+		return txretry.RunInTx(ctx, c.db, (&txCall[*sql.Tx]{body: body, wrap: wrapSQL}).method(cl), opts...)
+	}
 	return txretry.RunInTx(ctx, c.db, sqlFn(cl, body), opts...)
 }
+
+func wrapSQL(tx *sql.Tx) querier { return sqlTx{tx} }
 
 // sqlFn returns the fn that runs body in a database/sql transaction: a
 // literal of its own per class of call, as pgxFn.
@@ -400,7 +430,71 @@ func (t sqlTx) queryInt(ctx context.Context, q string, args ...any) (int64, erro
 	return v, err
 }
 
+func (t sqlTx) queryInts(ctx context.Context, q string, ncol int, args ...any) ([]int64, error) {
+	rows, err := t.tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return scanInts(rows, ncol)
+}
+
 func (t sqlTx) exec(ctx context.Context, q string, args ...any) error {
 	_, err := t.tx.ExecContext(ctx, q, args...)
 	return err
+}
+
+func (t sqlTx) execCount(ctx context.Context, q string, args ...any) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// txCall is one call's transaction as a value whose methods, one per class,
+// are the fns of the workloads with methodValues: method values of one type
+// (txCall[pgx.Tx] or txCall[*sql.Tx]), as a user passes the methods of a
+// repository or service type.
+type txCall[T any] struct {
+	body txBody
+	wrap func(T) querier
+}
+
+func (c *txCall[T]) run(ctx context.Context, tx T) error { return c.body(ctx, c.wrap(tx)) }
+
+func (c *txCall[T]) hot(ctx context.Context, tx T) error         { return c.run(ctx, tx) }
+func (c *txCall[T]) cold(ctx context.Context, tx T) error        { return c.run(ctx, tx) }
+func (c *txCall[T]) newOrder(ctx context.Context, tx T) error    { return c.run(ctx, tx) }
+func (c *txCall[T]) payment(ctx context.Context, tx T) error     { return c.run(ctx, tx) }
+func (c *txCall[T]) orderStatus(ctx context.Context, tx T) error { return c.run(ctx, tx) }
+func (c *txCall[T]) delivery(ctx context.Context, tx T) error    { return c.run(ctx, tx) }
+func (c *txCall[T]) stockLevel(ctx context.Context, tx T) error  { return c.run(ctx, tx) }
+
+// method returns the method value of class cl.
+func (c *txCall[T]) method(cl callClass) func(context.Context, T) error {
+	switch cl {
+	case classHot:
+		return c.hot
+	case classCold:
+		return c.cold
+	case classNewOrder:
+		return c.newOrder
+	case classPayment:
+		return c.payment
+	case classOrderStatus:
+		return c.orderStatus
+	case classDelivery:
+		return c.delivery
+	}
+	return c.stockLevel
+}
+
+// useIsolation makes c run its transactions at wl's isolation level when
+// the workload sets one (oltp on MySQL and MariaDB; only database/sql
+// connections run at another level than SERIALIZABLE).
+func useIsolation(c conn, wl *workloadRun) {
+	if s, ok := c.(*sqlConn); ok && wl.iso != sql.LevelDefault {
+		s.iso = wl.iso
+	}
 }
