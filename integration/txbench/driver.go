@@ -67,7 +67,7 @@ type conn interface {
 	queryInts(ctx context.Context, q string, ncol int) ([]int64, error)
 	// runTxretry runs body, a call of class cl, with txretry (RunInTx or
 	// pgxretry.RunInTx), through the fn literal of its class (pgxFn, sqlFn)
-	// or, with methodValue, through txCall's method value of its class.
+	// or, with methodValue, through pgxCall's or sqlCall's method value of its class.
 	runTxretry(ctx context.Context, cl callClass, methodValue bool, body txBody, opts []txretry.Option) error
 	// attempt runs one SERIALIZABLE transaction: BEGIN, body, COMMIT
 	// (ROLLBACK if body failed), as a peer's hand-written loop would,
@@ -164,12 +164,10 @@ func (c *pgxConn) queryInts(ctx context.Context, q string, ncol int) ([]int64, e
 
 func (c *pgxConn) runTxretry(ctx context.Context, cl callClass, methodValue bool, body txBody, opts []txretry.Option) error {
 	if methodValue {
-		return pgxretry.RunInTx(ctx, c.pool, (&txCall[pgx.Tx]{body: body, wrap: wrapPgx}).method(cl), opts...)
+		return pgxretry.RunInTx(ctx, c.pool, (&pgxCall{body}).method(cl), opts...)
 	}
 	return pgxretry.RunInTx(ctx, c.pool, pgxFn(cl, body), opts...)
 }
-
-func wrapPgx(tx pgx.Tx) querier { return pgxTx{tx} }
 
 // pgxFn returns the fn that runs body in a pgx transaction: a literal of its
 // own per class of call, so that txretry, which keys its contention control
@@ -351,12 +349,10 @@ func (c *sqlConn) queryInts(ctx context.Context, q string, ncol int) ([]int64, e
 
 func (c *sqlConn) runTxretry(ctx context.Context, cl callClass, methodValue bool, body txBody, opts []txretry.Option) error {
 	if methodValue {
-		return txretry.RunInTx(ctx, c.db, (&txCall[*sql.Tx]{body: body, wrap: wrapSQL}).method(cl), opts...)
+		return txretry.RunInTx(ctx, c.db, (&sqlCall{body}).method(cl), opts...)
 	}
 	return txretry.RunInTx(ctx, c.db, sqlFn(cl, body), opts...)
 }
-
-func wrapSQL(tx *sql.Tx) querier { return sqlTx{tx} }
 
 // sqlFn returns the fn that runs body in a database/sql transaction: a
 // literal of its own per class of call, as pgxFn.
@@ -452,42 +448,41 @@ func (t sqlTx) execCount(ctx context.Context, q string, args ...any) (int64, err
 	return res.RowsAffected()
 }
 
-// txCall is one call's transaction as a value whose methods, one per class,
-// are the fns of the workloads with methodValues: method values of one type
-// (txCall[pgx.Tx] or txCall[*sql.Tx]), as a user passes the methods of a
-// repository or service type.
-type txCall[T any] struct {
-	body txBody
-	wrap func(T) querier
-}
+// pgxCall and sqlCall are one call's transaction as a value whose methods,
+// one per class, are the fns of the workloads with methodValues: method
+// values of one type per driver, as a user passes the methods of a
+// repository or service type. They are not one generic type: the compiler
+// makes a generic type's method values closures of their own, unlike a
+// plain type's.
+type (
+	pgxCall struct{ body txBody }
+	sqlCall struct{ body txBody }
+)
 
-func (c *txCall[T]) run(ctx context.Context, tx T) error { return c.body(ctx, c.wrap(tx)) }
-
-func (c *txCall[T]) hot(ctx context.Context, tx T) error         { return c.run(ctx, tx) }
-func (c *txCall[T]) cold(ctx context.Context, tx T) error        { return c.run(ctx, tx) }
-func (c *txCall[T]) newOrder(ctx context.Context, tx T) error    { return c.run(ctx, tx) }
-func (c *txCall[T]) payment(ctx context.Context, tx T) error     { return c.run(ctx, tx) }
-func (c *txCall[T]) orderStatus(ctx context.Context, tx T) error { return c.run(ctx, tx) }
-func (c *txCall[T]) delivery(ctx context.Context, tx T) error    { return c.run(ctx, tx) }
-func (c *txCall[T]) stockLevel(ctx context.Context, tx T) error  { return c.run(ctx, tx) }
+func (c *pgxCall) hot(ctx context.Context, tx pgx.Tx) error         { return c.body(ctx, pgxTx{tx}) }
+func (c *pgxCall) cold(ctx context.Context, tx pgx.Tx) error        { return c.body(ctx, pgxTx{tx}) }
+func (c *pgxCall) newOrder(ctx context.Context, tx pgx.Tx) error    { return c.body(ctx, pgxTx{tx}) }
+func (c *pgxCall) payment(ctx context.Context, tx pgx.Tx) error     { return c.body(ctx, pgxTx{tx}) }
+func (c *pgxCall) orderStatus(ctx context.Context, tx pgx.Tx) error { return c.body(ctx, pgxTx{tx}) }
+func (c *pgxCall) delivery(ctx context.Context, tx pgx.Tx) error    { return c.body(ctx, pgxTx{tx}) }
+func (c *pgxCall) stockLevel(ctx context.Context, tx pgx.Tx) error  { return c.body(ctx, pgxTx{tx}) }
 
 // method returns the method value of class cl.
-func (c *txCall[T]) method(cl callClass) func(context.Context, T) error {
-	switch cl {
-	case classHot:
-		return c.hot
-	case classCold:
-		return c.cold
-	case classNewOrder:
-		return c.newOrder
-	case classPayment:
-		return c.payment
-	case classOrderStatus:
-		return c.orderStatus
-	case classDelivery:
-		return c.delivery
-	}
-	return c.stockLevel
+func (c *pgxCall) method(cl callClass) func(context.Context, pgx.Tx) error {
+	return [nClasses]func(context.Context, pgx.Tx) error{c.hot, c.cold, c.newOrder, c.payment, c.orderStatus, c.delivery, c.stockLevel}[cl]
+}
+
+func (c *sqlCall) hot(ctx context.Context, tx *sql.Tx) error         { return c.body(ctx, sqlTx{tx}) }
+func (c *sqlCall) cold(ctx context.Context, tx *sql.Tx) error        { return c.body(ctx, sqlTx{tx}) }
+func (c *sqlCall) newOrder(ctx context.Context, tx *sql.Tx) error    { return c.body(ctx, sqlTx{tx}) }
+func (c *sqlCall) payment(ctx context.Context, tx *sql.Tx) error     { return c.body(ctx, sqlTx{tx}) }
+func (c *sqlCall) orderStatus(ctx context.Context, tx *sql.Tx) error { return c.body(ctx, sqlTx{tx}) }
+func (c *sqlCall) delivery(ctx context.Context, tx *sql.Tx) error    { return c.body(ctx, sqlTx{tx}) }
+func (c *sqlCall) stockLevel(ctx context.Context, tx *sql.Tx) error  { return c.body(ctx, sqlTx{tx}) }
+
+// method returns the method value of class cl.
+func (c *sqlCall) method(cl callClass) func(context.Context, *sql.Tx) error {
+	return [nClasses]func(context.Context, *sql.Tx) error{c.hot, c.cold, c.newOrder, c.payment, c.orderStatus, c.delivery, c.stockLevel}[cl]
 }
 
 // useIsolation makes c run its transactions at wl's isolation level when

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"slices"
@@ -196,5 +197,43 @@ func TestOLTPTransactionsOnEachDatabase(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The oltp table has a row per kind of transaction (goodput, failed calls
+// by reason, attempts per commit, p50, p99), "-" for a kind without calls,
+// and no hot or cold row; the TSV has every kind's columns.
+func TestOLTPReportHasARowPerKind(t *testing.T) {
+	r := fakeRun("txretry", 1, 100, nil)
+	r.workload = "oltp-mv"
+	r.st.classes[classNewOrder] = classStats{Calls: 50, InDeadline: 40, Failed: 10, Deadline: 10, Attempts: 120, Commits: 40}
+	r.st.classes[classPayment] = classStats{Calls: 60, InDeadline: 60, Attempts: 60, Commits: 60}
+	r.classP50[classNewOrder], r.classP99[classNewOrder] = 30*time.Millisecond, 700*time.Millisecond
+	sums := summarize([]runResult{r}, []string{"txretry"}, "txretry")
+	var buf bytes.Buffer
+	cfg := &config{workers: 32, duration: 10 * time.Second, deadline: time.Second, repeat: 1}
+	if err := writeTable(&buf, cfg, sums, "txretry"); err != nil {
+		t.Fatal(err)
+	}
+	table := buf.String()
+	for _, re := range []string{
+		` +txretry +1 +32 +new-order +4 +20\.0 +0\.0 +20\.0 +0\.0 +0\.0 +3\.00 +30\.0 +700 `,
+		` +txretry +1 +32 +payment +6 +0\.0 +0\.0 +0\.0 +0\.0 +0\.0 +1\.00 `,
+		` +txretry +1 +32 +order-status +- +- `, ` +txretry +1 +32 +delivery +- `, ` +txretry +1 +32 +stock-level +- `,
+	} {
+		if !matchLine(table, re) {
+			t.Errorf("no line matching %q:\n%s", re, table)
+		}
+	}
+	if matchLine(table, ` +txretry +1 +32 +(hot|cold) `) {
+		t.Errorf("oltp table with a hot or cold row:\n%s", table)
+	}
+	head := tsvRows(sums)[0]
+	for _, cl := range []string{"new_order", "payment", "order_status", "delivery", "stock_level"} {
+		for _, m := range []string{"goodput_tps", "fail_pct", "deadline_pct", "attempts_per_commit", "p50_ms", "p99_ms"} {
+			if !slices.Contains(head, cl+"_"+m) {
+				t.Errorf("TSV lacks %s_%s", cl, m)
+			}
+		}
 	}
 }

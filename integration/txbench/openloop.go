@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -60,7 +61,7 @@ func (a *arrivals) next() time.Duration {
 		a.t = float64(a.k) / a.o.Rate
 	}
 	a.k++
-	return time.Duration(a.t * float64(time.Second))
+	return time.Duration(math.Round(a.t * float64(time.Second)))
 }
 
 // schedule queues the arrivals from start until end as the calls of the

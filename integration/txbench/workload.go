@@ -25,7 +25,7 @@ type workloadSpec struct {
 	// transfers.
 	oltp bool
 	// methodValues: each class reaches txretry as a method value of one
-	// type (txCall), with no label, instead of a fn literal of its own.
+	// type (pgxCall, sqlCall), with no label, instead of a fn literal of its own.
 	methodValues bool
 	// labels: each call also gets WithLabel(its class's name), as a
 	// careful user names each kind of transaction.
@@ -81,7 +81,8 @@ func classesOf(name string) []callClass {
 // callClass is the transaction a call runs. txretry keys its contention
 // control on where the fn it is given was written, so each class of mixed
 // reaches txretry through a fn literal of its own (pgxFn, sqlFn); the
-// workloads with methodValues pass a method of txCall per class instead.
+// workloads with methodValues pass a method of pgxCall or sqlCall per class
+// instead.
 type callClass uint8
 
 const (
