@@ -56,9 +56,8 @@ type oltpCall struct {
 
 // oltpRun is the oltp workload prepared for one run on one dialect.
 type oltpRun struct {
-	seed  uint64
-	q     oltpSQL
-	reset []string
+	seed uint64
+	q    oltpSQL
 }
 
 // oltpSQL holds the statements of the oltp transactions and of their check.
@@ -132,9 +131,7 @@ func newOLTPRun(ds driverSpec, seed uint64) *oltpRun {
 		return "CAST(COALESCE(SUM(" + expr + "), 0) AS BIGINT)"
 	}
 	q.lineSum = r("SELECT " + q.sum("ol_amount") + " FROM " + t("order_line") + " WHERE ol_w_id = 1 AND ol_d_id = $1 AND ol_o_id = $2")
-	o := &oltpRun{seed: seed, q: q}
-	o.reset = oltpSchema(d, seed)
-	return o
+	return &oltpRun{seed: seed, q: q}
 }
 
 // oltpTables are the oltp tables, without their prefix.

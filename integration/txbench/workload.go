@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -128,8 +129,10 @@ type workloadRun struct {
 	acct, log string // the transfers' table names
 	hot, xfer stmts  // the statements of each class's transaction
 	rings     [][]transfer
-	reset     []string // statements that recreate the tables
-	oltp      *oltpRun // spec.oltp
+	// reset returns the statements that recreate and seed the tables,
+	// built when the tables are prepared (seeding takes thousands of rows).
+	reset func() []string
+	oltp  *oltpRun // spec.oltp
 	// iso, when not zero, replaces the driver's isolation level (oltp on
 	// MySQL and MariaDB: REPEATABLE READ with locking reads).
 	iso sql.IsolationLevel
@@ -160,7 +163,7 @@ func newWorkloadRun(spec workloadSpec, ds driverSpec, workers int, seed uint64) 
 	w := &workloadRun{spec: spec}
 	if spec.oltp {
 		w.oltp = newOLTPRun(ds, seed)
-		w.reset = w.oltp.reset
+		w.reset = func() []string { return oltpSchema(d, seed) }
 		if d == dialectMySQL {
 			w.iso = sql.LevelRepeatableRead
 		}
@@ -170,13 +173,14 @@ func newWorkloadRun(spec workloadSpec, ds driverSpec, workers int, seed uint64) 
 	if ds.lockingReads {
 		lock = " FOR UPDATE"
 	}
+	var reset []string
 	if spec.hasHot() {
 		w.hot = stmts{
 			sel: "SELECT v FROM txbench_hot WHERE id = 1" + lock,
 			upd: rebind(d, "UPDATE txbench_hot SET v = $1 WHERE id = 1"),
 			ins: rebind(d, "INSERT INTO txbench_hot_log (call_id) VALUES ($1)"),
 		}
-		w.reset = append(w.reset,
+		reset = append(reset,
 			"DROP TABLE IF EXISTS txbench_hot, txbench_hot_log",
 			"CREATE TABLE txbench_hot (id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL)",
 			"CREATE TABLE txbench_hot_log (call_id BIGINT NOT NULL PRIMARY KEY)",
@@ -184,6 +188,7 @@ func newWorkloadRun(spec workloadSpec, ds driverSpec, workers int, seed uint64) 
 		)
 	}
 	if spec.accounts == 0 {
+		w.reset = func() []string { return reset }
 		return w
 	}
 	table := "txbench_" + strings.ReplaceAll(spec.name, "-", "_")
@@ -193,14 +198,17 @@ func newWorkloadRun(spec workloadSpec, ds driverSpec, workers int, seed uint64) 
 		upd: rebind(d, "UPDATE "+w.acct+" SET balance = $1 WHERE id = $2"),
 		ins: rebind(d, "INSERT INTO "+w.log+" (call_id, src, dst, amount) VALUES ($1, $2, $3, $4)"),
 	}
-	w.reset = append(w.reset,
+	reset = append(reset,
 		"DROP TABLE IF EXISTS "+w.acct+", "+w.log,
 		"CREATE TABLE "+w.acct+" (id INT NOT NULL PRIMARY KEY, balance BIGINT NOT NULL)",
 		"CREATE TABLE "+w.log+" (call_id BIGINT NOT NULL PRIMARY KEY, src INT NOT NULL, dst INT NOT NULL, amount BIGINT NOT NULL)",
 	)
-	w.reset = append(w.reset, seedStatements(w.acct, spec.accounts)...)
-	if d == dialectPG {
-		w.reset = append(w.reset, "ANALYZE "+w.acct)
+	w.reset = func() []string {
+		out := append(slices.Clip(reset), seedStatements(w.acct, spec.accounts)...)
+		if d == dialectPG {
+			out = append(out, "ANALYZE "+w.acct)
+		}
+		return out
 	}
 	w.rings = make([][]transfer, workers)
 	n := spec.accounts
@@ -245,7 +253,7 @@ func seedStatements(table string, n int) []string {
 
 // prepare drops and recreates the workload's tables.
 func (w *workloadRun) prepare(ctx context.Context, c conn) error {
-	for _, q := range w.reset {
+	for _, q := range w.reset() {
 		if err := c.exec(ctx, q); err != nil {
 			return fmt.Errorf("reset %s tables: %w", w.spec.name, err)
 		}
