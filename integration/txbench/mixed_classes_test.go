@@ -479,7 +479,7 @@ func TestMixedCheck(t *testing.T) {
 	}
 }
 
-// A plain make bench (no -workload) runs the mixed workload too.
+// txbench without -workload runs the mixed workload too (make bench names it).
 func TestMixedRunsByDefault(t *testing.T) {
 	cfg, err := parseFlags(nil, func(string) string { return "x" }, io.Discard)
 	if err != nil {
