@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/txretry/txretry/txretry"
@@ -34,6 +35,9 @@ type config struct {
 	chartPath  string
 	quiet      bool
 	cpuProfile string
+	// open is the open loop of all processes (-rate, -arrivals,
+	// -max-inflight); Rate 0: the closed loop.
+	open openLoop
 }
 
 func (c *config) dsn(d driverSpec) string {
@@ -53,9 +57,10 @@ type runResult struct {
 	workers                  int // of all processes
 	procs                    int // processes the workers were spread over
 	duration, deadline       time.Duration
-	st                       stats // merged over the workers; per-call slices dropped after the check
+	rate                     float64 // open loop's arrivals per second; 0: closed loop
+	st                       stats   // merged over the workers; per-call slices dropped after the check
 	p50, p99, p999           time.Duration
-	classP99                 [nClasses]time.Duration // p99 of each class's calls
+	classP50, classP99       [nClasses]time.Duration // p50 and p99 of each class's calls
 	check                    checkResult
 }
 
@@ -139,7 +144,7 @@ func runOne(ctx context.Context, cfg *config, ws workloadSpec, ds driverSpec, r 
 	}
 	res := runResult{
 		workload: ws.name, driver: ds.name, runner: r.name, repeat: rep + 1,
-		workers: n, procs: procs, duration: cfg.duration, deadline: cfg.deadline,
+		workers: n, procs: procs, duration: cfg.duration, deadline: cfg.deadline, rate: cfg.open.Rate,
 	}
 	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
@@ -154,6 +159,7 @@ func runOne(ctx context.Context, cfg *config, ws workloadSpec, ds driverSpec, r 
 	defer c.close()
 	seed := cfg.seed + uint64(rep)
 	wl := newWorkloadRun(ws, ds, n, seed)
+	useIsolation(c, wl)
 	if err := wl.prepare(sctx, c); err != nil {
 		return res, err
 	}
@@ -165,13 +171,13 @@ func runOne(ctx context.Context, cfg *config, ws workloadSpec, ds driverSpec, r 
 		}
 		res.st = mergeStats(parts)
 	} else {
-		if res.st, err = runWorkers(ctx, c, wl, r, 0, n, seed, cfg.duration, cfg.deadline, nil); err != nil {
+		if res.st, err = runWorkers(ctx, c, wl, r, 0, n, seed, cfg.duration, cfg.deadline, cfg.open, nil); err != nil {
 			return res, err
 		}
 	}
 	res.p50, res.p99, res.p999 = percentiles(res.st.lat)
 	for i := range res.st.classes {
-		_, res.classP99[i], _ = percentiles(res.st.classes[i].Lat)
+		res.classP50[i], res.classP99[i], _ = percentiles(res.st.classes[i].Lat)
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, setupTimeout)
@@ -204,10 +210,11 @@ func percentiles(lat []time.Duration) (p50, p99, p999 time.Duration) {
 }
 
 // runWorkers runs n workers (global indexes first..first+n-1) on c for
-// duration and returns their merged stats. ready, if not nil, is called once
-// the workers are waiting to start; the run starts when it returns.
+// duration, in a closed loop or in the open loop ol, and returns their
+// merged stats. ready, if not nil, is called once the workers are waiting
+// to start; the run starts when it returns.
 func runWorkers(ctx context.Context, c conn, wl *workloadRun, r *runner, first, n int, seed uint64,
-	duration, deadline time.Duration, ready func() error) (stats, error) {
+	duration, deadline time.Duration, ol openLoop, ready func() error) (stats, error) {
 	var runOpts []txretry.Option
 	if r.opts != nil {
 		var err error
@@ -221,10 +228,20 @@ func runWorkers(ctx context.Context, c conn, wl *workloadRun, r *runner, first, 
 	start := make(chan struct{})
 	var end time.Time
 	var wg sync.WaitGroup
+	var queue chan arrival
+	var inflight atomic.Int64
+	if ol.Rate > 0 {
+		queue = make(chan arrival, ol.MaxInflight)
+	}
+	done := func() { inflight.Add(-1) }
 	for i := range workers {
 		w := newWorker(first+i, c, wl, r, runOpts, seed)
 		workers[i] = w
-		wg.Go(func() { w.loop(ctx, start, &end, deadline) })
+		if queue != nil {
+			wg.Go(func() { w.serve(ctx, start, &end, deadline, queue, done) })
+		} else {
+			wg.Go(func() { w.loop(ctx, start, &end, deadline) })
+		}
 	}
 	var err error
 	if ready != nil {
@@ -232,8 +249,17 @@ func runWorkers(ctx context.Context, c conn, wl *workloadRun, r *runner, first, 
 			cancel() // the workers stop at once
 		}
 	}
-	end = time.Now().Add(duration)
+	begin := time.Now()
+	end = begin.Add(duration)
 	close(start)
+	var dropped int64
+	if queue != nil {
+		if err == nil {
+			dropped = schedule(newArrivals(ol, seed, first), begin, end, first, n, &inflight, queue,
+				func(t time.Time) bool { return sleepUntil(ctx, t) })
+		}
+		close(queue)
+	}
 	wg.Wait()
 	if err != nil {
 		return stats{}, err
@@ -245,5 +271,7 @@ func runWorkers(ctx context.Context, c conn, wl *workloadRun, r *runner, first, 
 	for i, w := range workers {
 		parts[i] = w.st
 	}
-	return mergeStats(parts), nil
+	st := mergeStats(parts)
+	st.dropped = dropped
+	return st, nil
 }

@@ -1,5 +1,6 @@
 // Command txbench measures retry policies under contention: a closed loop of
-// workers runs SERIALIZABLE transactions against PostgreSQL and MySQL/MariaDB,
+// workers (or an open loop of arrivals, -rate) runs SERIALIZABLE
+// transactions against PostgreSQL and MySQL/MariaDB,
 // each call under its own deadline, and reports per retry policy ("runner"),
 // side by side, how many calls committed within their deadline, how many
 // failed and why, how much work each commit cost and how long calls took.
@@ -13,7 +14,8 @@
 //
 // # Workloads
 //
-// All transactions are SERIALIZABLE (on TiDB, see Drivers). Each workload has its own tables
+// All transactions are SERIALIZABLE (on TiDB, see Drivers; oltp on MySQL and
+// MariaDB, see oltp). Each workload has its own tables
 // (prefix txbench_), dropped and recreated before every run, so that every run
 // starts from the same state.
 //
@@ -37,9 +39,53 @@
 //     different processes under -procs) run only the hot row's transaction,
 //     the others only transfers. The cold figures no longer depend on the
 //     hot calls' pace, only on what they cost the database and the manager.
+//   - mixed-mv: the calls of mixed, the two classes passed to txretry as
+//     method values of one type (pgxCall, sqlCall), with no label, as a user
+//     passes the methods of a repository type: it measures how txretry keys
+//     the contention domain of a method value.
+//   - oltp: a TPC-C-like mix (written for txbench from the specification's
+//     transaction profiles, not taken from a kit) over one warehouse, 10
+//     districts, 3,000 customers and 10,000 items with their stock; no
+//     order at the start. New-Order (45%) reads the warehouse and the
+//     customer, takes and increments its district's next order id, inserts
+//     the order, its new-order row and 5-15 lines, and updates each item's
+//     stock; Payment (43%) adds to the warehouse's and the district's
+//     year-to-date, takes from the customer's balance and inserts a history
+//     row; Order-Status (4%) reads a customer's last order and its lines;
+//     Delivery (4%) delivers, in each district, the oldest undelivered order
+//     (deletes its new-order row, sets its carrier, stamps its lines, adds
+//     their amount to the customer's balance) and logs itself; Stock-Level
+//     (4%) counts the low-stock items among its district's last 20 orders'
+//     lines. Every Payment writes the warehouse's row and every New-Order
+//     and Payment its district's: they conflict there. On PostgreSQL the
+//     transactions run SERIALIZABLE; on MySQL, MariaDB and TiDB REPEATABLE
+//     READ, reading with SELECT … FOR UPDATE the rows they then write (the
+//     district's next order id, the stock, the customer in Payment, the
+//     oldest new-order row and its order in Delivery). Each kind reaches
+//     txretry as a method value of one type, with WithLabel(its name), as a
+//     careful user writes it. Below the table, a row per kind.
+//   - oltp-mv: the calls of oltp without the labels: the domains are those
+//     of the method values.
 //
 // The random choices of every worker (accounts, amounts, classes) are
-// generated before the run, identically for every runner of the same repeat.
+// generated before the run (oltp: from the seed and the call's id),
+// identically for every runner of the same repeat.
+//
+// # Open loop
+//
+// By default each worker runs its calls one after the other (a closed
+// loop): a runner whose calls fail fast frees workers for the other calls,
+// and by Little's law those then wait longer for the database, so that
+// latencies compare at different loads. With -rate r the loop is open:
+// calls arrive at r per second over all processes (a Poisson process, or
+// evenly spaced with -arrivals uniform), whatever the workers' pace, and
+// wait in a queue for one of the -workers workers; each call is timed and
+// given its deadline from its arrival, so the time queued counts. An
+// arrival that finds -max-inflight calls queued or running (default 10 x
+// -workers) is dropped and counted. Arrival k of a process is call k/n of
+// its k%n-th worker's stream, so the calls' inputs are the same for every
+// runner. Under -procs each process gets its share of the rate and of the
+// bound.
 //
 // # Runners
 //
@@ -130,7 +176,22 @@
 //     of logged calls. transfers: the sum of balances is unchanged, and every
 //     balance equals its initial value plus the logged transfers, whose
 //     accounts and amounts match the calls that made them. mixed and split:
-//     both, each log holding only calls of its class.
+//     both, each log holding only calls of its class. oltp: New-Order,
+//     Payment and Delivery leave their call id in the order, the history or
+//     the delivery log (Order-Status and Stock-Level write nothing and are
+//     not compared), each with its call's inputs; every district's next
+//     order id minus one equals its number of orders and its largest order
+//     id; the warehouse's year-to-date equals the sum of its districts' and
+//     its initial value plus the payments; the customers' balances, payments
+//     and delivery counts follow the history and the delivered lines; orders,
+//     new-order rows and lines agree on what was delivered; the stock's
+//     year-to-date and order counts follow the lines.
+//   - by class (mixed, split, mixed-mv, oltp, oltp-mv): a row per class or
+//     kind of transaction with its goodput, fail% (and by reason), attempts
+//     per commit, p50, p99, busy and the mean Queued of txretry's
+//     CallFinished events.
+//   - open loop: drop% (arrivals dropped at -max-inflight, over all
+//     arrivals) and wait ms (mean time a call waited for a worker).
 //
 // # Flags
 //
@@ -141,7 +202,8 @@
 //	-duration d       length of one run (default 10s)
 //	-deadline d       deadline of one call (default 1s)
 //	-repeat n         runs per runner (default 3)
-//	-workload list    comma list of hot, transfer10, transfer10k, mixed, split (default all)
+//	-workload list    comma list of hot, transfer10, transfer10k, mixed, split,
+//	                  mixed-mv, oltp, oltp-mv (default all)
 //	-runners list     comma list of runners (default all)
 //	-driver list      comma list of pgx, mysql, pgxstdlib (default pgx,mysql)
 //	-pg-dsn, -mysql-dsn  override TXRETRY_PG_DSN, TXRETRY_MYSQL_DSN
@@ -150,6 +212,11 @@
 //	-chart file       also draw the medians' goodput and fail% against -procs,
 //	                  per workload and driver, a line per runner, as a PNG
 //	-seed n           seed of the workers' random choices (default 1)
+//	-rate r           open loop: calls arriving per second over all processes
+//	                  (default 0: closed loop)
+//	-arrivals a       open loop's arrivals: poisson (default) or uniform
+//	-max-inflight n   open loop: calls queued or running at once, beyond which
+//	                  arrivals are dropped (default 10 x -workers)
 //	-q                no progress lines on standard error
 //
 // The exit status is 1 when a run failed or a consistency check failed, and 2

@@ -47,7 +47,12 @@ const rollbackTimeout = 5 * time.Second
 type querier interface {
 	// queryInt returns the single int64 column of the single row of q.
 	queryInt(ctx context.Context, q string, args ...any) (int64, error)
+	// queryInts returns the rows of q, whose ncol columns are integers,
+	// flattened row by row (none: empty).
+	queryInts(ctx context.Context, q string, ncol int, args ...any) ([]int64, error)
 	exec(ctx context.Context, q string, args ...any) error
+	// execCount runs q and returns the number of rows it affected.
+	execCount(ctx context.Context, q string, args ...any) (int64, error)
 }
 
 // txBody is the body of one call's transaction.
@@ -61,8 +66,9 @@ type conn interface {
 	// flattened row by row.
 	queryInts(ctx context.Context, q string, ncol int) ([]int64, error)
 	// runTxretry runs body, a call of class cl, with txretry (RunInTx or
-	// pgxretry.RunInTx), through the fn of its class (pgxFn, sqlFn).
-	runTxretry(ctx context.Context, cl callClass, body txBody, opts []txretry.Option) error
+	// pgxretry.RunInTx), through the fn literal of its class (pgxFn, sqlFn)
+	// or, with methodValue, through pgxCall's or sqlCall's method value of its class.
+	runTxretry(ctx context.Context, cl callClass, methodValue bool, body txBody, opts []txretry.Option) error
 	// attempt runs one SERIALIZABLE transaction: BEGIN, body, COMMIT
 	// (ROLLBACK if body failed), as a peer's hand-written loop would,
 	// and returns the phase that failed.
@@ -156,7 +162,10 @@ func (c *pgxConn) queryInts(ctx context.Context, q string, ncol int) ([]int64, e
 	return scanInts(rows, ncol)
 }
 
-func (c *pgxConn) runTxretry(ctx context.Context, cl callClass, body txBody, opts []txretry.Option) error {
+func (c *pgxConn) runTxretry(ctx context.Context, cl callClass, methodValue bool, body txBody, opts []txretry.Option) error {
+	if methodValue {
+		return pgxretry.RunInTx(ctx, c.pool, (&pgxCall{body}).method(cl), opts...)
+	}
 	return pgxretry.RunInTx(ctx, c.pool, pgxFn(cl, body), opts...)
 }
 
@@ -199,9 +208,23 @@ func (t pgxTx) queryInt(ctx context.Context, q string, args ...any) (int64, erro
 	return v, err
 }
 
+func (t pgxTx) queryInts(ctx context.Context, q string, ncol int, args ...any) ([]int64, error) {
+	rows, err := t.tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return scanInts(rows, ncol)
+}
+
 func (t pgxTx) exec(ctx context.Context, q string, args ...any) error {
 	_, err := t.tx.Exec(ctx, q, args...)
 	return err
+}
+
+func (t pgxTx) execCount(ctx context.Context, q string, args ...any) (int64, error) {
+	tag, err := t.tx.Exec(ctx, q, args...)
+	return tag.RowsAffected(), err
 }
 
 // scanner is what scanInts needs from pgx.Rows and *sql.Rows.
@@ -324,7 +347,10 @@ func (c *sqlConn) queryInts(ctx context.Context, q string, ncol int) ([]int64, e
 	return scanInts(rows, ncol)
 }
 
-func (c *sqlConn) runTxretry(ctx context.Context, cl callClass, body txBody, opts []txretry.Option) error {
+func (c *sqlConn) runTxretry(ctx context.Context, cl callClass, methodValue bool, body txBody, opts []txretry.Option) error {
+	if methodValue {
+		return txretry.RunInTx(ctx, c.db, (&sqlCall{body}).method(cl), opts...)
+	}
 	return txretry.RunInTx(ctx, c.db, sqlFn(cl, body), opts...)
 }
 
@@ -400,7 +426,70 @@ func (t sqlTx) queryInt(ctx context.Context, q string, args ...any) (int64, erro
 	return v, err
 }
 
+func (t sqlTx) queryInts(ctx context.Context, q string, ncol int, args ...any) ([]int64, error) {
+	rows, err := t.tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return scanInts(rows, ncol)
+}
+
 func (t sqlTx) exec(ctx context.Context, q string, args ...any) error {
 	_, err := t.tx.ExecContext(ctx, q, args...)
 	return err
+}
+
+func (t sqlTx) execCount(ctx context.Context, q string, args ...any) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// pgxCall and sqlCall are one call's transaction as a value whose methods,
+// one per class, are the fns of the workloads with methodValues: method
+// values of one type per driver, as a user passes the methods of a
+// repository or service type. They are not one generic type: the compiler
+// makes a generic type's method values closures of their own, unlike a
+// plain type's.
+type (
+	pgxCall struct{ body txBody }
+	sqlCall struct{ body txBody }
+)
+
+func (c *pgxCall) hot(ctx context.Context, tx pgx.Tx) error         { return c.body(ctx, pgxTx{tx}) }
+func (c *pgxCall) cold(ctx context.Context, tx pgx.Tx) error        { return c.body(ctx, pgxTx{tx}) }
+func (c *pgxCall) newOrder(ctx context.Context, tx pgx.Tx) error    { return c.body(ctx, pgxTx{tx}) }
+func (c *pgxCall) payment(ctx context.Context, tx pgx.Tx) error     { return c.body(ctx, pgxTx{tx}) }
+func (c *pgxCall) orderStatus(ctx context.Context, tx pgx.Tx) error { return c.body(ctx, pgxTx{tx}) }
+func (c *pgxCall) delivery(ctx context.Context, tx pgx.Tx) error    { return c.body(ctx, pgxTx{tx}) }
+func (c *pgxCall) stockLevel(ctx context.Context, tx pgx.Tx) error  { return c.body(ctx, pgxTx{tx}) }
+
+// method returns the method value of class cl.
+func (c *pgxCall) method(cl callClass) func(context.Context, pgx.Tx) error {
+	return [nClasses]func(context.Context, pgx.Tx) error{c.hot, c.cold, c.newOrder, c.payment, c.orderStatus, c.delivery, c.stockLevel}[cl]
+}
+
+func (c *sqlCall) hot(ctx context.Context, tx *sql.Tx) error         { return c.body(ctx, sqlTx{tx}) }
+func (c *sqlCall) cold(ctx context.Context, tx *sql.Tx) error        { return c.body(ctx, sqlTx{tx}) }
+func (c *sqlCall) newOrder(ctx context.Context, tx *sql.Tx) error    { return c.body(ctx, sqlTx{tx}) }
+func (c *sqlCall) payment(ctx context.Context, tx *sql.Tx) error     { return c.body(ctx, sqlTx{tx}) }
+func (c *sqlCall) orderStatus(ctx context.Context, tx *sql.Tx) error { return c.body(ctx, sqlTx{tx}) }
+func (c *sqlCall) delivery(ctx context.Context, tx *sql.Tx) error    { return c.body(ctx, sqlTx{tx}) }
+func (c *sqlCall) stockLevel(ctx context.Context, tx *sql.Tx) error  { return c.body(ctx, sqlTx{tx}) }
+
+// method returns the method value of class cl.
+func (c *sqlCall) method(cl callClass) func(context.Context, *sql.Tx) error {
+	return [nClasses]func(context.Context, *sql.Tx) error{c.hot, c.cold, c.newOrder, c.payment, c.orderStatus, c.delivery, c.stockLevel}[cl]
+}
+
+// useIsolation makes c run its transactions at wl's isolation level when
+// the workload sets one (oltp on MySQL and MariaDB; only database/sql
+// connections run at another level than SERIALIZABLE).
+func useIsolation(c conn, wl *workloadRun) {
+	if s, ok := c.(*sqlConn); ok && wl.iso != sql.LevelDefault {
+		s.iso = wl.iso
+	}
 }

@@ -137,7 +137,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	fs := flag.NewFlagSet("txbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := &config{}
-	var workloads, runners, drivers, procs string
+	var workloads, runners, drivers, procs, arrivalsFlag string
 	fs.IntVar(&cfg.workers, "workers", 32, "concurrent workers (serial always uses 1)")
 	fs.StringVar(&procs, "procs", "1", "comma list of process counts to spread the workers over (1: in this process)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "length of one run")
@@ -153,6 +153,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	fs.StringVar(&cfg.tsvPath, "tsv", "", "also write the TSV report to this file")
 	fs.StringVar(&cfg.chartPath, "chart", "", "also draw goodput and failed calls against -procs, per workload and driver, as a PNG in this file")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the workers' random choices")
+	fs.Float64Var(&cfg.open.Rate, "rate", 0, "open loop: calls arriving per second over all processes (0: closed loop)")
+	fs.StringVar(&arrivalsFlag, "arrivals", "poisson", "open loop's arrivals: poisson or uniform")
+	fs.IntVar(&cfg.open.MaxInflight, "max-inflight", 0, "open loop: calls queued or running at once over all processes, beyond which arrivals are dropped (0: 10 x -workers)")
 	fs.BoolVar(&cfg.quiet, "q", false, "no progress lines on stderr")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole invocation to this file")
 	if err := fs.Parse(args); err != nil {
@@ -173,9 +176,22 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		err = fmt.Errorf("%w: -repeat must be at least 1", errUsage)
 	case cfg.format != "table" && cfg.format != "tsv":
 		err = fmt.Errorf("%w: -format must be table or tsv", errUsage)
+	case !(cfg.open.Rate >= 0 && cfg.open.Rate <= 1e6):
+		err = fmt.Errorf("%w: -rate must be in 0..1000000 calls/s", errUsage)
+	case arrivalsFlag != "poisson" && arrivalsFlag != "uniform":
+		err = fmt.Errorf("%w: -arrivals must be poisson or uniform", errUsage)
+	case cfg.open.MaxInflight < 0 || cfg.open.MaxInflight > 1_000_000:
+		err = fmt.Errorf("%w: -max-inflight must be in 0..1000000", errUsage)
 	}
 	if err != nil {
 		return nil, err
+	}
+	cfg.open.Poisson = arrivalsFlag == "poisson"
+	if cfg.open.MaxInflight == 0 {
+		cfg.open.MaxInflight = 10 * cfg.workers
+	}
+	if cfg.open.Rate > 0 && cfg.open.MaxInflight < cfg.workers {
+		return nil, fmt.Errorf("%w: -max-inflight must be at least -workers", errUsage)
 	}
 	if cfg.procs, err = parseProcs(procs, cfg.workers); err != nil {
 		return nil, err

@@ -79,7 +79,7 @@ func TestMixedClassChoice(t *testing.T) {
 		t.Errorf("workers share their choices: first hot calls at %v", firstHot)
 	}
 	for _, ws := range allWorkloads {
-		if ws.mixed() {
+		if ws.mixed() || ws.oltp {
 			continue
 		}
 		w := newWorkloadRun(ws, allDrivers[0], 2, 1)
@@ -150,7 +150,7 @@ func TestEachClassHasItsOwnFn(t *testing.T) {
 	// The fns run the body they were given.
 	ran := 0
 	count := func(context.Context, querier) error { ran++; return nil }
-	for cl := range nClasses {
+	for _, cl := range []callClass{classHot, classCold} {
 		_ = pgxFn(cl, count)(context.Background(), pgx.Tx(nil))
 		_ = sqlFn(cl, count)(context.Background(), (*sql.Tx)(nil))
 	}
@@ -231,18 +231,22 @@ func TestPerClassStats(t *testing.T) {
 func mixedRun(runner string, repeat, procs int, k int64) runResult {
 	r := fakeRun(runner, repeat, 100*k, nil)
 	r.workload, r.procs = "mixed", procs
-	r.st.classes[classHot] = classStats{Calls: 20 * k, InDeadline: 10 * k, Failed: 10 * k}
-	r.st.classes[classCold] = classStats{Calls: 90 * k, InDeadline: 90 * k}
+	r.st.classes[classHot] = classStats{Calls: 20 * k, InDeadline: 10 * k, Failed: 10 * k, Exhausted: 6 * k, Deadline: 4 * k,
+		Attempts: 40 * k, Commits: 10 * k}
+	r.st.classes[classCold] = classStats{Calls: 90 * k, InDeadline: 90 * k, Attempts: 90 * k, Commits: 90 * k}
 	if strings.HasPrefix(runner, "txretry") {
 		r.st.classes[classHot].Finished, r.st.classes[classHot].Queued = 10, time.Duration(k)*10*time.Millisecond
 		r.st.classes[classCold].Finished, r.st.classes[classCold].Queued = 10, 0
 	}
 	r.classP99 = [nClasses]time.Duration{time.Duration(k) * 100 * time.Millisecond, 20 * time.Millisecond}
+	r.classP50 = [nClasses]time.Duration{time.Duration(k) * 10 * time.Millisecond, 2 * time.Millisecond}
 	return r
 }
 
 // The per-class medians over the repeats appear under the mixed workload's
-// table, at every spread, and in the TSV of every workload.
+// table, a row per runner, spread and class (goodput, failed calls by
+// reason, attempts per commit, p50, p99, busy, queue), and in the TSV of
+// every workload.
 func TestPerClassReport(t *testing.T) {
 	var results []runResult
 	for rep := 1; rep <= 3; rep++ {
@@ -262,7 +266,8 @@ func TestPerClassReport(t *testing.T) {
 		t.Fatalf("no summary of txretry at 4 processes: %+v", sums)
 	}
 	// Repeats with k = 1, 2, 3: the medians are k = 2's.
-	for col, v := range map[string]float64{"hot_goodput_tps": 2, "hot_fail_pct": 50, "hot_p99_ms": 200, "hot_queue_ms": 2, "cold_goodput_tps": 18, "cold_queue_ms": 0} {
+	for col, v := range map[string]float64{"hot_goodput_tps": 2, "hot_fail_pct": 50, "hot_exhausted_pct": 30, "hot_deadline_pct": 20,
+		"hot_attempts_per_commit": 4, "hot_p50_ms": 20, "hot_p99_ms": 200, "hot_queue_ms": 2, "cold_goodput_tps": 18, "cold_queue_ms": 0} {
 		if got := tx.median(metricByCol(col)); math.Abs(got-v) > 1e-9 {
 			t.Errorf("median %s = %v, want %v", col, got, v)
 		}
@@ -275,12 +280,14 @@ func TestPerClassReport(t *testing.T) {
 	}
 	table := buf.String()
 	mixed, hotSection, _ := strings.Cut(table[strings.Index(table, "== mixed"):], "== hot")
-	for _, want := range []string{"by class:", "hot/s", "hot fail%", "hot p99 ms", "hot busy", "hot queue ms", "cold/s", "cold busy", "cold queue ms"} {
-		if !strings.Contains(mixed, want) {
-			t.Errorf("mixed table lacks %q:\n%s", want, table)
-		}
+	if !matchLine(mixed, ` +runner +procs +wk +class +goodput/s +fail% +exh% +ddl% +unc% +oth% +att/commit +p50 ms +p99 ms +busy +queue ms$`) {
+		t.Errorf("mixed table lacks the per-class header:\n%s", table)
 	}
-	for _, re := range []string{`txretry +4 +32 +2 +50\.0 +200 +0\.0 +2\.00 +18 +0\.0 +20\.0 +0\.0 +0\.00`, `cenkalti +1 +32 +2 +50\.0 +200 +0\.0 +- +18 +0\.0 +20\.0 +0\.0 +-`} {
+	for _, re := range []string{
+		` +txretry +4 +32 +hot +2 +50\.0 +30\.0 +20\.0 +0\.0 +0\.0 +4\.00 +20\.0 +200 +0\.0 +2\.00$`,
+		` +txretry +4 +32 +cold +18 +0\.0 +0\.0 +0\.0 +0\.0 +0\.0 +1\.00 +2\.00 +20\.0 +0\.0 +0\.00$`,
+		` +cenkalti +1 +32 +hot +2 +50\.0 +30\.0 +20\.0 +0\.0 +0\.0 +4\.00 +20\.0 +200 +0\.0 +-$`,
+	} {
 		if !matchLine(mixed, re) {
 			t.Errorf("mixed table has no line matching %q:\n%s", re, mixed)
 		}
@@ -344,6 +351,14 @@ func (q fakeTx) queryInt(_ context.Context, s string, args ...any) (int64, error
 		return initialBalance, nil
 	}
 	return 0, fmt.Errorf("unexpected query %q", s)
+}
+
+func (q fakeTx) queryInts(_ context.Context, s string, _ int, _ ...any) ([]int64, error) {
+	return nil, fmt.Errorf("unexpected query %q", s)
+}
+
+func (q fakeTx) execCount(_ context.Context, s string, _ ...any) (int64, error) {
+	return 0, fmt.Errorf("unexpected statement %q", s)
 }
 
 func (q fakeTx) exec(_ context.Context, s string, args ...any) error {
@@ -464,7 +479,7 @@ func TestMixedCheck(t *testing.T) {
 	}
 }
 
-// A plain make bench (no -workload) runs the mixed workload too.
+// txbench without -workload runs the mixed workload too (make bench names it).
 func TestMixedRunsByDefault(t *testing.T) {
 	cfg, err := parseFlags(nil, func(string) string { return "x" }, io.Discard)
 	if err != nil {

@@ -20,9 +20,12 @@ type metric struct {
 	head  string // table header; empty: TSV only
 	get   func(r *runResult, x refRuns) float64
 	digit int // decimals; -1: milliseconds with adaptive decimals
-	// class: a metric of one class of calls (classMetrics), in the table
-	// only under a mixed workload's.
+	// class: a metric of class cls's calls (classMetrics), in the table
+	// only under the table of a workload of several classes.
 	class bool
+	cls   callClass
+	// open: in the table only in the open loop (-rate).
+	open bool
 }
 
 func failures(r *runResult) int64 {
@@ -58,7 +61,18 @@ var metrics = append([]metric{
 	{col: "p50_ms", head: "p50 ms", digit: -1, get: func(r *runResult, _ refRuns) float64 { return ms(r.p50) }},
 	{col: "p99_ms", head: "p99 ms", digit: -1, get: func(r *runResult, _ refRuns) float64 { return ms(r.p99) }},
 	{col: "p999_ms", head: "p99.9 ms", digit: -1, get: func(r *runResult, _ refRuns) float64 { return ms(r.p999) }},
+	{col: "drop_pct", head: "drop%", open: true, digit: 1, get: func(r *runResult, _ refRuns) float64 {
+		return pct(r.st.dropped, r.st.calls+r.st.dropped)
+	}},
+	{col: "wait_ms", head: "wait ms", open: true, digit: -1, get: func(r *runResult, _ refRuns) float64 {
+		if r.rate == 0 || r.st.calls == 0 {
+			return math.NaN()
+		}
+		return ms(r.st.wait / time.Duration(r.st.calls))
+	}},
 	{col: "window_pct", digit: 1, get: windowPct},
+	{col: "offered_tps", digit: 1, get: func(r *runResult, _ refRuns) float64 { return r.rate }},
+	{col: "dropped", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.dropped) }},
 	{col: "calls", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.calls) }},
 	{col: "committed_in_deadline", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.inDeadline) }},
 	{col: "late", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.late) }},
@@ -71,42 +85,54 @@ var metrics = append([]metric{
 	{col: "commits", get: func(r *runResult, _ refRuns) float64 { return float64(r.st.commits) }},
 }, classMetrics()...)
 
-// classMetrics returns, for each class of calls, its goodput, failed calls,
-// p99, mean calls in flight (busy: by Little's law, at a given goodput
-// latency grows with it) and mean queue time (NaN without a call of the class; the queue time
-// NaN for runners without txretry's events).
+// classMetrics returns, for each class of calls (column prefix its name,
+// '-' as '_'), its goodput, failed calls (all, then by reason), attempts per
+// commit, p50, p99, mean calls in flight (busy: by Little's law, at a given
+// goodput latency grows with it) and mean queue time: NaN without a call of
+// the class, and the queue time NaN for runners without txretry's events.
 func classMetrics() []metric {
-	var out []metric
-	for cl := range nClasses {
-		name := classNames[cl]
-		per := func(f func(r *runResult, c *classStats) float64) func(*runResult, refRuns) float64 {
-			return func(r *runResult, _ refRuns) float64 {
-				if c := &r.st.classes[cl]; c.Calls > 0 {
-					return f(r, c)
-				}
+	type def struct {
+		col, head string
+		digit     int
+		get       func(r *runResult, cl callClass, c *classStats) float64
+	}
+	defs := []def{
+		{"goodput_tps", "goodput/s", 0, func(r *runResult, _ callClass, c *classStats) float64 {
+			return float64(c.InDeadline) / r.duration.Seconds()
+		}},
+		{"fail_pct", "fail%", 1, func(_ *runResult, _ callClass, c *classStats) float64 { return pct(c.Failed, c.Calls) }},
+		{"exhausted_pct", "exh%", 1, func(_ *runResult, _ callClass, c *classStats) float64 { return pct(c.Exhausted, c.Calls) }},
+		{"deadline_pct", "ddl%", 1, func(_ *runResult, _ callClass, c *classStats) float64 { return pct(c.Deadline, c.Calls) }},
+		{"uncertain_pct", "unc%", 1, func(_ *runResult, _ callClass, c *classStats) float64 { return pct(c.Uncertain, c.Calls) }},
+		{"other_pct", "oth%", 1, func(_ *runResult, _ callClass, c *classStats) float64 { return pct(c.Other, c.Calls) }},
+		{"attempts_per_commit", "att/commit", 2, func(_ *runResult, _ callClass, c *classStats) float64 {
+			if c.Commits == 0 {
 				return math.NaN()
 			}
-		}
-		out = append(out,
-			metric{col: name + "_goodput_tps", head: name + "/s", class: true, digit: 0, get: per(func(r *runResult, c *classStats) float64 {
-				return float64(c.InDeadline) / r.duration.Seconds()
-			})},
-			metric{col: name + "_fail_pct", head: name + " fail%", class: true, digit: 1, get: per(func(_ *runResult, c *classStats) float64 {
-				return pct(c.Failed, c.Calls)
-			})},
-			metric{col: name + "_p99_ms", head: name + " p99 ms", class: true, digit: -1, get: per(func(r *runResult, _ *classStats) float64 {
-				return ms(r.classP99[cl])
-			})},
-			metric{col: name + "_busy", head: name + " busy", class: true, digit: 1, get: per(func(r *runResult, c *classStats) float64 {
-				return c.Busy.Seconds() / r.duration.Seconds()
-			})},
-			metric{col: name + "_queue_ms", head: name + " queue ms", class: true, digit: -1, get: per(func(_ *runResult, c *classStats) float64 {
-				if c.Finished == 0 {
+			return float64(c.Attempts) / float64(c.Commits)
+		}},
+		{"p50_ms", "p50 ms", -1, func(r *runResult, cl callClass, _ *classStats) float64 { return ms(r.classP50[cl]) }},
+		{"p99_ms", "p99 ms", -1, func(r *runResult, cl callClass, _ *classStats) float64 { return ms(r.classP99[cl]) }},
+		{"busy", "busy", 1, func(r *runResult, _ callClass, c *classStats) float64 { return c.Busy.Seconds() / r.duration.Seconds() }},
+		{"queue_ms", "queue ms", -1, func(_ *runResult, _ callClass, c *classStats) float64 {
+			if c.Finished == 0 {
+				return math.NaN()
+			}
+			return ms(c.Queued / time.Duration(c.Finished))
+		}},
+	}
+	var out []metric
+	for cl := range nClasses {
+		prefix := strings.ReplaceAll(classNames[cl], "-", "_") + "_"
+		for _, d := range defs {
+			out = append(out, metric{col: prefix + d.col, head: d.head, class: true, cls: cl, digit: d.digit,
+				get: func(r *runResult, _ refRuns) float64 {
+					if c := &r.st.classes[cl]; c.Calls > 0 {
+						return d.get(r, cl, c)
+					}
 					return math.NaN()
-				}
-				return ms(c.Queued / time.Duration(c.Finished))
-			})},
-		)
+				}})
+		}
 	}
 	return out
 }
@@ -334,14 +360,24 @@ func writeTable(w io.Writer, cfg *config, sums []summary, ref string) error {
 	for _, m := range metrics {
 		switch {
 		case m.class:
-			perClass = append(perClass, m)
-		case m.head != "":
+			if m.cls == 0 {
+				perClass = append(perClass, m)
+			}
+		case m.head != "" && (!m.open || cfg.open.Rate > 0):
 			tableMetrics = append(tableMetrics, m)
 		}
 	}
+	mode := ""
+	if o := cfg.open; o.Rate > 0 {
+		gaps := "even"
+		if o.Poisson {
+			gaps = "Poisson"
+		}
+		mode = fmt.Sprintf(" open loop: %g calls/s (%s), at most %d in flight, latency from arrival, wait = mean time queued for a worker;", o.Rate, gaps, o.MaxInflight)
+	}
 	for _, group := range groups(sums) {
-		fmt.Fprintf(bw, "\n== %s / %s: %d workers, %s runs, %s deadline, %d repeat(s); medians, ratio = goodput / %s's in the same repeat and procs, x serial = goodput / serial's\n",
-			group[0].workload, group[0].driver, cfg.workers, cfg.duration, cfg.deadline, cfg.repeat, ref)
+		fmt.Fprintf(bw, "\n== %s / %s: %d workers, %s runs, %s deadline, %d repeat(s);%s medians, ratio = goodput / %s's in the same repeat and procs, x serial = goodput / serial's\n",
+			group[0].workload, group[0].driver, cfg.workers, cfg.duration, cfg.deadline, cfg.repeat, mode, ref)
 		head := []string{"runner", "procs", "wk"}
 		for _, m := range tableMetrics {
 			head = append(head, m.head)
@@ -380,23 +416,25 @@ func writeTable(w io.Writer, cfg *config, sums []summary, ref string) error {
 		for _, line := range alignRows(rows, 1, len(head)-2) {
 			fmt.Fprintln(bw, line)
 		}
-		if isMixed(group[0].workload) {
-			fmt.Fprintln(bw, "  by class: hot = the hot row's read-then-write, cold = transfers; goodput, failed calls and p99 of "+
+		if classes := classesOf(group[0].workload); len(classes) > 1 {
+			fmt.Fprintln(bw, "  by class: goodput, failed calls (all, then by reason), attempts per commit and latency of "+
 				"the class's calls, busy = their mean number in flight, queue = mean time txretry's calls waited for admission")
-			rows := [][]string{{"runner", "procs", "wk"}}
+			rows := [][]string{{"runner", "procs", "wk", "class"}}
 			for _, m := range perClass {
 				rows[0] = append(rows[0], m.head)
 			}
 			for i := range group {
 				s := &group[i]
-				row := []string{s.runner, strconv.Itoa(s.procs), strconv.Itoa(s.workers)}
-				for _, m := range perClass {
-					row = append(row, m.format(s.median(m)))
+				for _, cl := range classes {
+					row := []string{s.runner, strconv.Itoa(s.procs), strconv.Itoa(s.workers), classNames[cl]}
+					for _, m := range perClass {
+						row = append(row, m.format(s.median(classMetric(cl, m))))
+					}
+					rows = append(rows, row)
 				}
-				rows = append(rows, row)
 			}
 			for _, line := range alignRows(rows, 1, len(rows[0])) {
-				fmt.Fprintln(bw, line)
+				fmt.Fprintln(bw, "  "+line)
 			}
 		}
 		for _, n := range notes {
@@ -404,6 +442,16 @@ func writeTable(w io.Writer, cfg *config, sums []summary, ref string) error {
 		}
 	}
 	return bw.Flush()
+}
+
+// classMetric returns the metric of class cl that m is for class 0.
+func classMetric(cl callClass, m metric) metric {
+	for _, x := range metrics {
+		if x.class && x.cls == cl && x.head == m.head {
+			return x
+		}
+	}
+	return m
 }
 
 // groups splits sums into runs of the same workload and driver.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -91,14 +92,17 @@ func fullJitter(base, ceiling time.Duration) func(int, float64) time.Duration {
 
 // worker is one closed-loop client of a run.
 type worker struct {
-	idx   int
-	c     conn
-	wl    *workloadRun
-	r     *runner
-	opts  []txretry.Option // kindTxretry
-	rnd   *rand.Rand       // jitter of hand-written loops
-	timer *time.Timer      // waits of hand-written loops, reused
-	st    stats
+	idx  int
+	c    conn
+	wl   *workloadRun
+	r    *runner
+	opts []txretry.Option // kindTxretry
+	// classOpts are opts plus, when the workload labels its classes,
+	// WithLabel(the class's name), per class (kindTxretry).
+	classOpts [nClasses][]txretry.Option
+	rnd       *rand.Rand  // jitter of hand-written loops
+	timer     *time.Timer // waits of hand-written loops, reused
+	st        stats
 
 	attempts int // attempts of the current txretry call, from the observer
 	// finished: the current txretry call's CallFinished event was
@@ -118,6 +122,12 @@ func newWorker(idx int, c conn, wl *workloadRun, r *runner, runOpts []txretry.Op
 		w.opts = append(w.opts, txretry.WithIsolation(c.isolation()))
 		w.opts = append(w.opts, runOpts...)
 		w.opts = append(w.opts, txretry.WithObserver(txretry.ObserverFunc(w.observe)))
+		for cl := range nClasses {
+			w.classOpts[cl] = w.opts
+			if wl.spec.labels {
+				w.classOpts[cl] = append(slices.Clip(w.opts), txretry.WithLabel(classNames[cl]))
+			}
+		}
 	case kindLoop:
 		w.rnd = rand.New(rand.NewPCG(seed, uint64(idx)+1<<40))
 		w.timer = time.NewTimer(time.Hour)
@@ -142,7 +152,8 @@ func (w *worker) observe(_ context.Context, e txretry.Event) {
 	}
 }
 
-// loop runs calls until end (or until ctx ends), each under its own deadline.
+// loop runs calls until end (or until ctx ends), each under its own
+// deadline: the closed loop.
 func (w *worker) loop(ctx context.Context, start <-chan struct{}, end *time.Time, deadline time.Duration) {
 	<-start
 	stop := *end
@@ -151,20 +162,40 @@ func (w *worker) loop(ctx context.Context, start <-chan struct{}, end *time.Time
 		if !t0.Before(stop) {
 			return
 		}
-		id := callID(w.idx, seq)
-		cl := w.wl.classOf(id)
-		cctx, cancel := context.WithTimeout(ctx, deadline)
-		out, attempts, err := w.call(cctx, cl, id)
-		cancel()
-		fin := time.Now()
-		if out == outOther && w.st.otherSample == "" {
-			w.st.otherSample = txretry.Describe(err)
+		w.run(ctx, callID(w.idx, seq), t0, stop, deadline)
+	}
+}
+
+// serve runs the calls of queue, each timed and under its deadline from its
+// arrival, calling done after each: a server of the open loop. A call that
+// arrives after ctx ended is skipped.
+func (w *worker) serve(ctx context.Context, start <-chan struct{}, end *time.Time, deadline time.Duration, queue <-chan arrival, done func()) {
+	<-start
+	stop := *end
+	for a := range queue {
+		if ctx.Err() == nil {
+			w.st.wait += max(0, time.Since(a.at))
+			w.run(ctx, a.id, a.at, stop, deadline)
 		}
-		w.st.record(id, cl, out, attempts, t0, fin, stop, deadline)
-		w.st.addWindow(w.began, fin, stop)
-		if w.finished {
-			w.st.addQueued(cl, w.queued)
-		}
+		done()
+	}
+}
+
+// run makes call id, which started (or arrived) at t0, with its deadline
+// from t0, in a run that ends at stop, and records it.
+func (w *worker) run(ctx context.Context, id int64, t0, stop time.Time, deadline time.Duration) {
+	cl := w.wl.classOf(id)
+	cctx, cancel := context.WithDeadline(ctx, t0.Add(deadline))
+	out, attempts, err := w.call(cctx, cl, id)
+	cancel()
+	fin := time.Now()
+	if out == outOther && w.st.otherSample == "" {
+		w.st.otherSample = txretry.Describe(err)
+	}
+	w.st.record(id, cl, out, attempts, t0, fin, stop, deadline)
+	w.st.addWindow(w.began, fin, stop)
+	if w.finished {
+		w.st.addQueued(cl, w.queued)
 	}
 }
 
@@ -174,12 +205,11 @@ func (w *worker) call(ctx context.Context, cl callClass, id int64) (outcome, int
 	switch w.r.kind {
 	case kindTxretry:
 		w.attempts, w.finished = 0, false
-		opts := w.opts
 		var began time.Time
-		err := w.c.runTxretry(ctx, cl, func(ctx context.Context, q querier) error {
+		err := w.c.runTxretry(ctx, cl, w.wl.spec.methodValues, func(ctx context.Context, q querier) error {
 			began = time.Now()
 			return body(ctx, q)
-		}, opts)
+		}, w.classOpts[cl])
 		w.began = time.Time{}
 		if err == nil {
 			w.began = began

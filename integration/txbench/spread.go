@@ -31,6 +31,7 @@ type childSpec struct {
 	First, Workers, Total    int
 	Seed                     uint64
 	Duration, Deadline       time.Duration
+	Open                     openLoop // this child's share of the open loop
 }
 
 // childReport is a child's raw record of its run, as JSON on its stdout.
@@ -38,7 +39,8 @@ type childReport struct {
 	Lat                                                 []time.Duration
 	Calls, InDeadline, Late, Exhausted, Deadline, Other int64
 	Uncertain, Cut, Attempts, Commits                   int64
-	Window                                              time.Duration
+	Window, Wait                                        time.Duration
+	Dropped                                             int64
 	Codes                                               map[string]int64
 	CommittedIDs, UncertainIDs                          []int64
 	OtherSample                                         string
@@ -49,7 +51,7 @@ func reportOf(s *stats) childReport {
 	return childReport{
 		Lat: s.lat, Calls: s.calls, InDeadline: s.inDeadline, Late: s.late, Exhausted: s.exhausted,
 		Deadline: s.deadline, Other: s.other, Uncertain: s.uncertain, Cut: s.cut, Attempts: s.attempts,
-		Commits: s.commits, Window: s.window, Codes: s.codes, CommittedIDs: s.committedIDs,
+		Commits: s.commits, Window: s.window, Wait: s.wait, Dropped: s.dropped, Codes: s.codes, CommittedIDs: s.committedIDs,
 		UncertainIDs: s.uncertainIDs, OtherSample: s.otherSample, Classes: s.classes,
 	}
 }
@@ -58,7 +60,7 @@ func (c *childReport) stats() stats {
 	s := stats{
 		lat: c.Lat, calls: c.Calls, inDeadline: c.InDeadline, late: c.Late, exhausted: c.Exhausted,
 		deadline: c.Deadline, other: c.Other, uncertain: c.Uncertain, cut: c.Cut, attempts: c.Attempts,
-		commits: c.Commits, window: c.Window, codes: c.Codes, committedIDs: c.CommittedIDs,
+		commits: c.Commits, window: c.Window, wait: c.Wait, dropped: c.Dropped, codes: c.Codes, committedIDs: c.CommittedIDs,
 		uncertainIDs: c.UncertainIDs, otherSample: c.OtherSample, classes: c.Classes,
 	}
 	if s.codes == nil {
@@ -140,7 +142,7 @@ func runSpread(ctx context.Context, cfg *config, ws workloadSpec, ds driverSpec,
 		spec, err := json.Marshal(childSpec{
 			Workload: ws.name, Driver: ds.name, Runner: r.name, DSN: cfg.dsn(ds),
 			First: first, Workers: workers, Total: n, Seed: seed,
-			Duration: cfg.duration, Deadline: cfg.deadline,
+			Duration: cfg.duration, Deadline: cfg.deadline, Open: cfg.open.share(workers, n),
 		})
 		if err != nil {
 			return nil, err
@@ -220,6 +222,7 @@ func runChild(ctx context.Context, specJSON string, stdin io.Reader, stdout io.W
 	}
 	defer c.close()
 	wl := newWorkloadRun(ws, ds, spec.Total, spec.Seed)
+	useIsolation(c, wl)
 	in := bufio.NewReader(stdin)
 	ready := func() error {
 		if _, err := io.WriteString(stdout, "ready\n"); err != nil {
@@ -234,7 +237,7 @@ func runChild(ctx context.Context, specJSON string, stdin io.Reader, stdout io.W
 		}()
 		return nil
 	}
-	st, err := runWorkers(ctx, c, wl, &r, spec.First, spec.Workers, spec.Seed, spec.Duration, spec.Deadline, ready)
+	st, err := runWorkers(ctx, c, wl, &r, spec.First, spec.Workers, spec.Seed, spec.Duration, spec.Deadline, spec.Open, ready)
 	if err != nil {
 		return err
 	}

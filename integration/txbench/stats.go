@@ -41,6 +41,12 @@ type stats struct {
 	// addWindow).
 	window time.Duration
 
+	// Open loop (-rate): dropped counts the arrivals refused because
+	// -max-inflight calls were queued or running; wait sums the time the
+	// calls made waited from their arrival for a free worker.
+	dropped int64
+	wait    time.Duration
+
 	codes map[string]int64 // failed attempts by SQLSTATE / error number
 
 	committedIDs []int64 // calls reported committed
@@ -57,6 +63,11 @@ type classStats struct {
 	Calls      int64
 	InDeadline int64 // as stats.inDeadline
 	Failed     int64 // exhausted, deadline, uncertain or other, within the run
+	// Failed by reason, as stats' counts.
+	Exhausted, Deadline, Uncertain, Other int64
+	// Attempts of all the calls, and Commits the calls reported committed
+	// (as stats').
+	Attempts, Commits int64
 	// Busy sums the calls' latencies (cut at the end of the run): over the
 	// run's length, the mean number of the class's calls in flight.
 	Busy time.Duration
@@ -72,6 +83,12 @@ func (c *classStats) merge(o *classStats) {
 	c.Calls += o.Calls
 	c.InDeadline += o.InDeadline
 	c.Failed += o.Failed
+	c.Exhausted += o.Exhausted
+	c.Deadline += o.Deadline
+	c.Uncertain += o.Uncertain
+	c.Other += o.Other
+	c.Attempts += o.Attempts
+	c.Commits += o.Commits
 	c.Busy += o.Busy
 	c.Finished += o.Finished
 	c.Queued += o.Queued
@@ -91,9 +108,11 @@ func (s *stats) record(id int64, cl callClass, out outcome, attempts int, start,
 	s.calls++
 	cs.Calls++
 	s.attempts += int64(attempts)
+	cs.Attempts += int64(attempts)
 	switch out {
 	case outCommitted:
 		s.commits++
+		cs.Commits++
 		s.committedIDs = append(s.committedIDs, id)
 	case outUncertain:
 		s.uncertainIDs = append(s.uncertainIDs, id)
@@ -120,12 +139,16 @@ func (s *stats) record(id int64, cl callClass, out outcome, attempts int, start,
 		return
 	case outExhausted:
 		s.exhausted++
+		cs.Exhausted++
 	case outDeadline:
 		s.deadline++
+		cs.Deadline++
 	case outUncertain:
 		s.uncertain++
+		cs.Uncertain++
 	default:
 		s.other++
+		cs.Other++
 	}
 	cs.Failed++
 }
@@ -165,6 +188,8 @@ func (s *stats) merge(o *stats) {
 	s.attempts += o.attempts
 	s.commits += o.commits
 	s.window += o.window
+	s.dropped += o.dropped
+	s.wait += o.wait
 	for k, v := range o.codes {
 		s.codes[k] += v
 	}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -20,6 +22,15 @@ type workloadSpec struct {
 	// transaction and the others only transfers, instead of every worker
 	// drawing each call's class.
 	split bool
+	// oltp: the TPC-C-like mix of oltp.go instead of the hot row and
+	// transfers.
+	oltp bool
+	// methodValues: each class reaches txretry as a method value of one
+	// type (pgxCall, sqlCall), with no label, instead of a fn literal of its own.
+	methodValues bool
+	// labels: each call also gets WithLabel(its class's name), as a
+	// careful user names each kind of transaction.
+	labels bool
 }
 
 var allWorkloads = []workloadSpec{
@@ -28,6 +39,9 @@ var allWorkloads = []workloadSpec{
 	{name: "transfer10k", accounts: 10_000},
 	{name: "mixed", accounts: 100_000, hotPct: 10},
 	{name: "split", accounts: 100_000, hotPct: 10, split: true},
+	{name: "mixed-mv", accounts: 100_000, hotPct: 10, methodValues: true},
+	{name: "oltp", oltp: true, methodValues: true, labels: true},
+	{name: "oltp-mv", oltp: true, methodValues: true},
 }
 
 // hotWorker reports whether worker i of n runs only hot calls in a split
@@ -40,29 +54,51 @@ func hotWorker(i, n, hotPct int) bool {
 }
 
 // hasHot reports whether some calls of the workload run on the hot row.
-func (s workloadSpec) hasHot() bool { return s.accounts == 0 || s.hotPct > 0 }
+func (s workloadSpec) hasHot() bool { return !s.oltp && (s.accounts == 0 || s.hotPct > 0) }
 
-// mixed reports whether the workload has calls of both classes.
+// mixed reports whether the workload has calls of both the hot and the
+// cold class.
 func (s workloadSpec) mixed() bool { return s.accounts > 0 && s.hotPct > 0 }
 
-// isMixed reports whether the workload named name is mixed.
-func isMixed(name string) bool {
+// classes returns the classes of the workload's calls.
+func (s workloadSpec) classes() []callClass {
+	switch {
+	case s.oltp:
+		return []callClass{classNewOrder, classPayment, classOrderStatus, classDelivery, classStockLevel}
+	case s.mixed():
+		return []callClass{classHot, classCold}
+	case s.accounts == 0:
+		return []callClass{classHot}
+	}
+	return []callClass{classCold}
+}
+
+// classesOf returns the classes of the workload named name.
+func classesOf(name string) []callClass {
 	s, _ := find(allWorkloads, func(w workloadSpec) bool { return w.name == name })
-	return s.mixed()
+	return s.classes()
 }
 
 // callClass is the transaction a call runs. txretry keys its contention
-// control on the code pointer of the fn it is given, so each class reaches
-// txretry through a fn literal of its own (pgxFn, sqlFn).
+// control on where the fn it is given was written, so each class of mixed
+// reaches txretry through a fn literal of its own (pgxFn, sqlFn); the
+// workloads with methodValues pass a method of pgxCall or sqlCall per class
+// instead.
 type callClass uint8
 
 const (
-	classHot  callClass = iota // the hot row's read-then-write
-	classCold                  // a transfer between two accounts
+	classHot         callClass = iota // the hot row's read-then-write
+	classCold                         // a transfer between two accounts
+	classNewOrder                     // oltp: New-Order
+	classPayment                      // oltp: Payment
+	classOrderStatus                  // oltp: Order-Status
+	classDelivery                     // oltp: Delivery
+	classStockLevel                   // oltp: Stock-Level
 	nClasses
 )
 
-var classNames = [nClasses]string{"hot", "cold"}
+// classNames are the classes' names in reports and labels.
+var classNames = [nClasses]string{"hot", "cold", "new-order", "payment", "order-status", "delivery", "stock-level"}
 
 const (
 	// initialBalance of every account: large enough that no balance gets
@@ -93,7 +129,13 @@ type workloadRun struct {
 	acct, log string // the transfers' table names
 	hot, xfer stmts  // the statements of each class's transaction
 	rings     [][]transfer
-	reset     []string // statements that recreate the tables
+	// reset returns the statements that recreate and seed the tables,
+	// built when the tables are prepared (seeding takes thousands of rows).
+	reset func() []string
+	oltp  *oltpRun // spec.oltp
+	// iso, when not zero, replaces the driver's isolation level (oltp on
+	// MySQL and MariaDB: REPEATABLE READ with locking reads).
+	iso sql.IsolationLevel
 }
 
 // stmts are the statements of one class's transaction.
@@ -119,17 +161,26 @@ func rebind(d dialect, q string) string {
 func newWorkloadRun(spec workloadSpec, ds driverSpec, workers int, seed uint64) *workloadRun {
 	d := ds.dialect
 	w := &workloadRun{spec: spec}
+	if spec.oltp {
+		w.oltp = newOLTPRun(ds, seed)
+		w.reset = func() []string { return oltpSchema(d, seed) }
+		if d == dialectMySQL {
+			w.iso = sql.LevelRepeatableRead
+		}
+		return w
+	}
 	lock := ""
 	if ds.lockingReads {
 		lock = " FOR UPDATE"
 	}
+	var reset []string
 	if spec.hasHot() {
 		w.hot = stmts{
 			sel: "SELECT v FROM txbench_hot WHERE id = 1" + lock,
 			upd: rebind(d, "UPDATE txbench_hot SET v = $1 WHERE id = 1"),
 			ins: rebind(d, "INSERT INTO txbench_hot_log (call_id) VALUES ($1)"),
 		}
-		w.reset = append(w.reset,
+		reset = append(reset,
 			"DROP TABLE IF EXISTS txbench_hot, txbench_hot_log",
 			"CREATE TABLE txbench_hot (id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL)",
 			"CREATE TABLE txbench_hot_log (call_id BIGINT NOT NULL PRIMARY KEY)",
@@ -137,23 +188,27 @@ func newWorkloadRun(spec workloadSpec, ds driverSpec, workers int, seed uint64) 
 		)
 	}
 	if spec.accounts == 0 {
+		w.reset = func() []string { return reset }
 		return w
 	}
-	w.acct = "txbench_" + spec.name + "_acct"
-	w.log = "txbench_" + spec.name + "_log"
+	table := "txbench_" + strings.ReplaceAll(spec.name, "-", "_")
+	w.acct, w.log = table+"_acct", table+"_log"
 	w.xfer = stmts{
 		sel: rebind(d, "SELECT balance FROM "+w.acct+" WHERE id = $1"+lock),
 		upd: rebind(d, "UPDATE "+w.acct+" SET balance = $1 WHERE id = $2"),
 		ins: rebind(d, "INSERT INTO "+w.log+" (call_id, src, dst, amount) VALUES ($1, $2, $3, $4)"),
 	}
-	w.reset = append(w.reset,
+	reset = append(reset,
 		"DROP TABLE IF EXISTS "+w.acct+", "+w.log,
 		"CREATE TABLE "+w.acct+" (id INT NOT NULL PRIMARY KEY, balance BIGINT NOT NULL)",
 		"CREATE TABLE "+w.log+" (call_id BIGINT NOT NULL PRIMARY KEY, src INT NOT NULL, dst INT NOT NULL, amount BIGINT NOT NULL)",
 	)
-	w.reset = append(w.reset, seedStatements(w.acct, spec.accounts)...)
-	if d == dialectPG {
-		w.reset = append(w.reset, "ANALYZE "+w.acct)
+	w.reset = func() []string {
+		out := append(slices.Clip(reset), seedStatements(w.acct, spec.accounts)...)
+		if d == dialectPG {
+			out = append(out, "ANALYZE "+w.acct)
+		}
+		return out
 	}
 	w.rings = make([][]transfer, workers)
 	n := spec.accounts
@@ -198,7 +253,7 @@ func seedStatements(table string, n int) []string {
 
 // prepare drops and recreates the workload's tables.
 func (w *workloadRun) prepare(ctx context.Context, c conn) error {
-	for _, q := range w.reset {
+	for _, q := range w.reset() {
 		if err := c.exec(ctx, q); err != nil {
 			return fmt.Errorf("reset %s tables: %w", w.spec.name, err)
 		}
@@ -218,6 +273,9 @@ func (w *workloadRun) transferOf(id int64) (transfer, bool) {
 
 // classOf returns the class of call id.
 func (w *workloadRun) classOf(id int64) callClass {
+	if w.oltp != nil {
+		return w.oltp.call(id).kind
+	}
 	if w.spec.accounts == 0 {
 		return classHot
 	}
@@ -229,6 +287,9 @@ func (w *workloadRun) classOf(id int64) callClass {
 
 // body returns the transaction of call id.
 func (w *workloadRun) body(id int64) txBody {
+	if w.oltp != nil {
+		return w.oltp.body(id)
+	}
 	if w.classOf(id) == classHot {
 		return func(ctx context.Context, q querier) error {
 			v, err := q.queryInt(ctx, w.hot.sel)
@@ -288,6 +349,9 @@ func (r checkResult) String() string {
 // the calls logged in the hot row's log and in the transfers' log, together,
 // against the calls reported committed and uncertain.
 func (w *workloadRun) check(ctx context.Context, c conn, committed, uncertain []int64) (checkResult, error) {
+	if w.oltp != nil {
+		return w.oltp.check(ctx, c, committed, uncertain)
+	}
 	var ids []int64
 	var problems []string
 	if w.spec.hasHot() {
