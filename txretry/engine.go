@@ -156,6 +156,7 @@ const (
 	resPermanent
 	resUncertain
 	resAlready // the idempotency key is already committed
+	resSpent   // the time budget ended before BEGIN did
 )
 
 // result is one attempt's outcome.
@@ -208,14 +209,15 @@ func (c *call) loop(ctx context.Context) error {
 			}
 			return finish(Cancelled, cancelled(attempt, aerr, last))
 		}
-		if attempt > 1 && c.pastDeadline(0) {
+		if c.pastDeadline(0) {
 			// Admitted too late: the wait for admission ran on while
-			// other calls held the gate.
+			// other calls held the gate (for a first attempt, until no
+			// time was left at all).
 			if c.adm != nil {
 				c.adm.cancel()
 			}
 			attempt--
-			return finish(Exhausted, &RetryError{Attempts: attempt, Reason: c.reason, Cause: ErrRetriesExhausted, Err: last})
+			return finish(Exhausted, &RetryError{Attempts: attempt, Reason: c.reason, Cause: ErrRetriesExhausted, Err: cmp.Or(last, context.DeadlineExceeded)})
 		}
 		if attempt == 1 && cfg.budgetShared != nil {
 			cfg.budgetShared.deposit()
@@ -235,6 +237,8 @@ func (c *call) loop(ctx context.Context) error {
 			return finish(PermanentError, res.err)
 		case resAlready:
 			return finish(AlreadyCommitted, ErrAlreadyCommitted)
+		case resSpent:
+			return finish(Exhausted, &RetryError{Attempts: attempt, Reason: c.reason, Cause: ErrRetriesExhausted, Err: cmp.Or(last, res.err)})
 		case resUncertain:
 			if cfg.verifier == nil {
 				return finish(CommitUncertain, &CommitUncertainError{Attempts: attempt, Err: res.err})
@@ -424,7 +428,7 @@ func (c *call) attempt(ctx context.Context, n int, queued time.Duration) (res re
 func (c *call) transaction(ctx context.Context, n int) result {
 	cfg := c.cfg
 	opts := c.attemptOptions()
-	tx, err := c.a.begin(ctx, opts)
+	tx, err := c.begin(ctx, opts)
 	if err != nil {
 		return c.classify(err, opts)
 	}
@@ -485,9 +489,39 @@ func (c *call) transaction(ctx context.Context, n int) result {
 	return c.classify(err, opts)
 }
 
+// begin begins the attempt's transaction. Under a time budget, BEGIN and
+// the wait for a pooled connection (or for a new one to open) end with
+// what is left of it, as they end with the context's deadline: an attempt
+// that cannot even begin within the budget is not run. Not on a handle of
+// one connection, which has no pool to wait for, and whose driver would
+// close the connection it cannot replace to abandon BEGIN.
+func (c *call) begin(ctx context.Context, opts TxOptions) (Tx, error) {
+	if c.reason != "time budget" || c.a.singleConn() {
+		return c.a.begin(ctx, opts)
+	}
+	bctx, cancel := context.WithTimeoutCause(ctx, max(c.deadline.Sub(c.cfg.clock.Now()), 0), errBudgetSpent)
+	defer cancel()
+	tx, err := c.a.begin(bctx, opts)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(bctx), errBudgetSpent) {
+		return nil, &budgetSpentError{err: err}
+	}
+	return tx, err
+}
+
+// errBudgetSpent is the cause of a BEGIN that the time budget ended.
+var errBudgetSpent = errors.New("txretry: time budget spent before BEGIN returned")
+
+// budgetSpentError is BEGIN's error when the time budget ended it.
+type budgetSpentError struct{ err error }
+
+func (e *budgetSpentError) Error() string   { return errBudgetSpent.Error() + ": " + Describe(e.err) }
+func (e *budgetSpentError) Unwrap() []error { return []error{context.DeadlineExceeded, e.err} }
+
 // attemptOptions are the next attempt's transaction options: the call's,
 // with WithLockTimeout's timeout doubled for each of the call's attempts
-// that it ended, on the isolation levels where a lock wait rarely pays.
+// that it ended, on the isolation levels where a lock wait rarely pays,
+// and no longer than what is left before the deadline or the time budget
+// (a lock wait must not carry an attempt past it).
 func (c *call) attemptOptions() TxOptions {
 	o := c.cfg.txOpts
 	if c.cfg.lockTimeout == lockTimeoutAuto && c.cm != nil && c.cm.lockTimeoutArmed(c.cfg.clock.Now()) {
@@ -501,12 +535,20 @@ func (c *call) attemptOptions() TxOptions {
 	default:
 		o.LockTimeout = 0
 	}
+	if o.LockTimeout > 0 && !c.deadline.IsZero() {
+		// At least a millisecond: 0 would turn the lock timeout off.
+		o.LockTimeout = min(o.LockTimeout, max(c.deadline.Sub(c.cfg.clock.Now()), time.Millisecond))
+	}
 	return o
 }
 
 // classify classifies an attempt's error: retryable if the classifier
 // says so, or if it is the lock timeout the attempt set itself.
 func (c *call) classify(err error, opts TxOptions) result {
+	var spent *budgetSpentError
+	if errors.As(err, &spent) {
+		return result{kind: resSpent, err: err}
+	}
 	if opts.LockTimeout > 0 && pgerr.IsLockTimeout(err) {
 		c.lockTimeouts++
 		return result{kind: resRetryable, err: err}
