@@ -47,9 +47,12 @@ import (
 // retry; a call that runs out returns a *RetryError whose Err is the last
 // connection error. Observers see their attempts with Class ConnectionLost.
 //
-// A handle that can never connect (a wrong port, a server that stays down)
-// is retried until one of those limits: give the call a deadline. fn must
-// not act outside its transaction, as for any retry. Default: off.
+// A handle of one connection (*sql.Conn, *pgx.Conn, an AdapterSingleConn)
+// is not retried: its connection, once broken, does not come back, so the
+// call returns the error at once, as without the option. A handle that can
+// never connect (a wrong port, a server that stays down) is retried until
+// one of those limits: give the call a deadline. fn must not act outside
+// its transaction, as for any retry. Default: off.
 func WithRetryOnConnectionLoss() Option {
 	return func(c *config) { c.connLoss = true }
 }

@@ -556,7 +556,9 @@ func (c *call) classify(err error, opts TxOptions) result {
 	if c.cfg.classify(err) {
 		return result{kind: resRetryable, err: err}
 	}
-	if c.cfg.connLoss && connectionLost(err) {
+	if c.cfg.connLoss && !c.a.singleConn() && connectionLost(err) {
+		// A handle of one connection is left out: that connection is
+		// gone and does not come back.
 		return result{kind: resRetryable, err: err, connLost: true}
 	}
 	return result{kind: resPermanent, err: err}
