@@ -90,7 +90,8 @@ type AdapterContentionManager interface {
 // AdapterSingleConn is an Adapter that reports a handle of one connection,
 // which a lost COMMIT takes with it, so that the built-in verifiers report
 // the commit uncertain at once instead of waiting for a connection that
-// cannot come. Without it the handle counts as a pool.
+// cannot come, and WithRetryOnConnectionLoss does not retry on it. Without
+// it the handle counts as a pool.
 type AdapterSingleConn interface {
 	SingleConn() bool
 }

@@ -84,3 +84,13 @@ const (
 func DefaultBackoff() Backoff { return defaultBackoff }
 
 var defaultBackoff = FullJitter(Capped(DefaultBackoffCap, Exponential(DefaultBackoffBase)))
+
+// connLossBackoff is the wait before a retry after a connection loss, by
+// the number of losses in a row (see WithRetryOnConnectionLoss), and
+// between a verifier's tries: composed like the default, from 50 ms to 1 s.
+var connLossBackoff = FullJitter(Capped(connLossBackoffCap, Exponential(connLossBackoffBase)))
+
+const (
+	connLossBackoffBase = 50 * time.Millisecond
+	connLossBackoffCap  = time.Second
+)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"syscall"
-	"time"
 
 	"github.com/txretry/txretry/mysqlerr"
 	"github.com/txretry/txretry/pgerr"
@@ -44,21 +43,21 @@ import (
 // 1 s by the number of connection losses in a row (so that a call waiting
 // out a restart of a second or two makes a handful of attempts), not the
 // Backoff or the contention manager's spacing, since the server is away
-// rather than busy; nor do they count as conflicts for the manager. They count against WithMaxAttempts,
-// WithTimeBudget, the context's deadline and WithRetryBudget like any
-// retry; a call that runs out returns a *RetryError whose Err is the last
-// connection error. Observers see their attempts with Class ConnectionLost.
+// rather than busy; nor do they count as conflicts or commits for the
+// manager. They count against WithMaxAttempts, WithTimeBudget, the
+// context's deadline and WithRetryBudget like any retry; a call that runs
+// out returns a *RetryError whose Err is the last connection error.
+// Observers see their attempts with Class ConnectionLost.
 //
-// A handle that can never connect (a wrong port, a server that stays down)
-// is retried until one of those limits: give the call a deadline. fn must
-// not act outside its transaction, as for any retry. Default: off.
+// A handle of one connection (*sql.Conn, *pgx.Conn, an AdapterSingleConn)
+// is not retried: its connection, once broken, does not come back, so the
+// call returns the error at once, as without the option. A handle that can
+// never connect (a wrong port, a server that stays down) is retried until
+// one of those limits: give the call a deadline. fn must not act outside
+// its transaction, as for any retry. Default: off.
 func WithRetryOnConnectionLoss() Option {
 	return func(c *config) { c.connLoss = true }
 }
-
-// connLossBackoff is the wait before a retry after a connection loss, by
-// the number of losses in a row (see WithRetryOnConnectionLoss).
-var connLossBackoff = FullJitter(Capped(time.Second, Exponential(50*time.Millisecond)))
 
 // connectionLost reports an error of a connection that broke or could
 // not be made: one that WithRetryOnConnectionLoss retries outside COMMIT.

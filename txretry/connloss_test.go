@@ -255,3 +255,43 @@ func TestVerifierWaitsOutARestart(t *testing.T) {
 		t.Fatalf("waits %v, want %v", got, want)
 	}
 }
+
+// TestConnectionLossOnASingleConnectionIsReturnedAtOnce: on a *sql.Conn
+// (a handle of one connection, AdapterSingleConn) a connection that broke
+// does not come back, so WithRetryOnConnectionLoss does not retry it: the
+// call returns the connection error after one attempt, without waiting, as
+// without the option.
+func TestConnectionLossOnASingleConnectionIsReturnedAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		drv  *fakedb.Driver
+		want error
+	}{
+		{"reset under fn", &fakedb.Driver{OnExec: failFirst(1<<30, errReset)}, syscall.ECONNRESET},
+		{"57P01 at BEGIN", &fakedb.Driver{OnBegin: func(context.Context, int, driver.TxOptions) error { return errShutdown }}, errShutdown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.drv)
+			conn, err := f.db.Conn(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			var attempts int
+			obs := txretry.ObserverFunc(func(_ context.Context, e txretry.Event) {
+				if e.Kind == txretry.AttemptStarted {
+					attempts++
+				}
+			})
+			err = txretry.RunInTx(context.Background(), conn, execFn(new(atomic.Int32)),
+				f.opts(txretry.WithRetryOnConnectionLoss(), txretry.WithObserver(obs))...)
+			var re *txretry.RetryError
+			if !errors.Is(err, tc.want) || errors.As(err, &re) {
+				t.Fatalf("err = %v, want %v as it is", err, tc.want)
+			}
+			if attempts != 1 || len(f.clock.Waits()) != 0 {
+				t.Fatalf("%d attempts after waits of %v, want one attempt and no wait", attempts, f.clock.Waits())
+			}
+		})
+	}
+}

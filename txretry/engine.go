@@ -145,6 +145,7 @@ type call struct {
 
 	// hooks are AfterCommit's, of the last attempt whose fn returned nil.
 	hooks *afterCommit
+	last  error // the last failed attempt's error
 }
 
 type resultKind uint8
@@ -155,6 +156,7 @@ const (
 	resPermanent
 	resUncertain
 	resAlready // the idempotency key is already committed
+	resSpent   // the time budget ended before BEGIN did
 )
 
 // result is one attempt's outcome.
@@ -163,6 +165,13 @@ type result struct {
 	err      error
 	state    string // verifier's state recorded before COMMIT
 	connLost bool   // resRetryable: the connection was lost before COMMIT (WithRetryOnConnectionLoss)
+}
+
+// neutral reports an outcome that is neither a commit nor a conflict, for
+// the contention manager: an uncertain COMMIT, a key that another call
+// committed, a BEGIN that the time budget ended, a lost connection.
+func (r result) neutral() bool {
+	return r.kind == resUncertain || r.kind == resAlready || r.kind == resSpent || r.connLost
 }
 
 // loop is the retry loop: admit, attempt, classify, decide, wait or
@@ -187,37 +196,13 @@ func (c *call) loop(ctx context.Context) error {
 	if c.adm != nil {
 		defer c.adm.cancel() // gave up during a pause
 	}
-	finish := func(o Outcome, err error) error {
-		outcome = o
-		return err
-	}
-	var last error // the last failed attempt's error
 	for attempt = 1; ; attempt++ {
-		// Admit: the caller still waits, the contention manager lets the
-		// attempt in, and one as short as the shortest so far still fits.
-		if cerr := ctx.Err(); cerr != nil {
+		// Admit.
+		queued, next := c.admit(ctx, attempt)
+		if next.end {
 			attempt--
-			return finish(Cancelled, cancelled(attempt, cerr, last))
-		}
-		queued, aerr := c.admit(ctx)
-		if aerr != nil {
-			attempt--
-			if ctx.Err() == nil { // the deadline or budget passed in the queue
-				return finish(Exhausted, &RetryError{Attempts: attempt, Reason: c.reason, Cause: ErrRetriesExhausted, Err: cmp.Or(last, aerr)})
-			}
-			return finish(Cancelled, cancelled(attempt, aerr, last))
-		}
-		if attempt > 1 && c.pastDeadline(0) {
-			// Admitted too late: the wait for admission ran on while
-			// other calls held the gate.
-			if c.adm != nil {
-				c.adm.cancel()
-			}
-			attempt--
-			return finish(Exhausted, &RetryError{Attempts: attempt, Reason: c.reason, Cause: ErrRetriesExhausted, Err: last})
-		}
-		if attempt == 1 && cfg.budgetShared != nil {
-			cfg.budgetShared.deposit()
+			outcome = next.outcome
+			return next.err
 		}
 
 		// Attempt and classify.
@@ -226,50 +211,123 @@ func (c *call) loop(ctx context.Context) error {
 			c.observeFailure(ctx, attempt, res, dur)
 		}
 
-		// Decide.
-		switch res.kind {
-		case resCommitted:
-			return finish(Committed, nil)
-		case resPermanent:
-			return finish(PermanentError, res.err)
-		case resAlready:
-			return finish(AlreadyCommitted, ErrAlreadyCommitted)
-		case resUncertain:
-			if cfg.verifier == nil {
-				return finish(CommitUncertain, &CommitUncertainError{Attempts: attempt, Err: res.err})
-			}
-			committed, verr := c.verify(ctx, res.state)
-			if verr != nil {
-				return finish(CommitUncertain, &CommitUncertainError{Attempts: attempt, Err: res.err, Verifier: cfg.verifier.name(), VerifyErr: verr})
-			}
-			if committed {
-				return finish(Committed, nil)
-			}
-			// Verified not committed: retried like a retryable error.
+		// Decide, verify.
+		next = c.decide(res, attempt, dur)
+		if next.verify {
+			next = c.verified(ctx, res, attempt, dur)
 		}
-		last = res.err
-		if attempt >= cfg.maxAttempts {
-			return finish(Exhausted, &RetryError{Attempts: attempt, Reason: "attempt limit", Cause: ErrRetriesExhausted, Err: last})
-		}
-		if c.minDur < 0 || dur < c.minDur {
-			c.minDur = dur
-		}
-		delay := c.delay(attempt, res.connLost)
-		if c.pastDeadline(delay) {
-			return finish(Exhausted, &RetryError{Attempts: attempt, Reason: c.reason, Cause: ErrRetriesExhausted, Err: last})
-		}
-		if cfg.budgetShared != nil && !cfg.budgetShared.withdraw() {
-			return finish(Exhausted, &RetryError{Attempts: attempt, Reason: "retry budget", Cause: ErrRetriesExhausted, Err: last})
+		if next.end {
+			outcome = next.outcome
+			return next.err
 		}
 
 		// Wait.
 		if len(cfg.observers) > 0 {
-			c.observe(ctx, Event{Kind: RetryScheduled, Label: cfg.label, Attempt: attempt, Delay: delay})
+			c.observe(ctx, Event{Kind: RetryScheduled, Label: cfg.label, Attempt: attempt, Delay: next.delay})
 		}
-		if werr := c.wait(ctx, delay); werr != nil {
-			return finish(Cancelled, &RetryError{Attempts: attempt, Reason: "context", Cause: werr, Err: last})
+		if werr := c.wait(ctx, next.delay); werr != nil {
+			outcome = Cancelled
+			return &RetryError{Attempts: attempt, Reason: "context", Cause: werr, Err: c.last}
 		}
 	}
+}
+
+// step is what the loop does next: end the call with outcome and err,
+// verify an uncertain COMMIT, or retry after delay.
+type step struct {
+	end     bool
+	outcome Outcome
+	err     error
+	verify  bool
+	delay   time.Duration
+}
+
+func stop(o Outcome, err error) step { return step{end: true, outcome: o, err: err} }
+
+// exhausted ends the call after attempts for a limit named by reason.
+func (c *call) exhausted(attempts int, reason string, err error) step {
+	return stop(Exhausted, &RetryError{Attempts: attempts, Reason: reason, Cause: ErrRetriesExhausted, Err: err})
+}
+
+// admit lets attempt n in: the caller still waits, the contention manager
+// admits it, and one as short as the shortest so far still fits before
+// the deadline or the time budget. It returns how long the call queued,
+// or how the call ends instead.
+func (c *call) admit(ctx context.Context, n int) (time.Duration, step) {
+	if cerr := ctx.Err(); cerr != nil {
+		return 0, stop(Cancelled, cancelled(n-1, cerr, c.last))
+	}
+	queued, aerr := c.queue(ctx)
+	if aerr != nil {
+		if ctx.Err() == nil { // the deadline or budget passed in the queue
+			return 0, c.exhausted(n-1, c.reason, cmp.Or(c.last, aerr))
+		}
+		return 0, stop(Cancelled, cancelled(n-1, aerr, c.last))
+	}
+	if c.pastDeadline(0) {
+		// Admitted too late: the wait for admission ran on while other
+		// calls held the gate (for a first attempt, until no time was
+		// left at all).
+		if c.adm != nil {
+			c.adm.cancel()
+		}
+		return 0, c.exhausted(n-1, c.reason, cmp.Or(c.last, context.DeadlineExceeded))
+	}
+	if n == 1 && c.cfg.budgetShared != nil {
+		c.cfg.budgetShared.deposit()
+	}
+	return queued, step{}
+}
+
+// decide says what follows attempt n, which ended with res after dur: the
+// call ends (committed, a permanent error, a limit), an uncertain COMMIT
+// is verified, or the call retries after a delay.
+func (c *call) decide(res result, n int, dur time.Duration) step {
+	cfg := c.cfg
+	switch res.kind {
+	case resCommitted:
+		return stop(Committed, nil)
+	case resPermanent:
+		return stop(PermanentError, res.err)
+	case resAlready:
+		return stop(AlreadyCommitted, ErrAlreadyCommitted)
+	case resSpent:
+		return c.exhausted(n, c.reason, cmp.Or(c.last, res.err))
+	case resUncertain:
+		if cfg.verifier == nil {
+			return stop(CommitUncertain, &CommitUncertainError{Attempts: n, Err: res.err})
+		}
+		return step{verify: true}
+	}
+	c.last = res.err
+	if n >= cfg.maxAttempts {
+		return c.exhausted(n, "attempt limit", c.last)
+	}
+	if c.minDur < 0 || dur < c.minDur {
+		c.minDur = dur
+	}
+	delay := c.delay(n, res.connLost)
+	if c.pastDeadline(delay) {
+		return c.exhausted(n, c.reason, c.last)
+	}
+	if cfg.budgetShared != nil && !cfg.budgetShared.withdraw() {
+		return c.exhausted(n, "retry budget", c.last)
+	}
+	return step{delay: delay}
+}
+
+// verified verifies attempt n's uncertain COMMIT (res) and decides again:
+// committed ends the call, not committed is retried like a retryable
+// error, and no answer ends the call uncertain.
+func (c *call) verified(ctx context.Context, res result, n int, dur time.Duration) step {
+	committed, verr := c.verify(ctx, res.state)
+	switch {
+	case verr != nil:
+		return stop(CommitUncertain, &CommitUncertainError{Attempts: n, Err: res.err, Verifier: c.cfg.verifier.name(), VerifyErr: verr})
+	case committed:
+		return stop(Committed, nil)
+	}
+	return c.decide(result{kind: resRetryable, err: res.err}, n, dur)
 }
 
 // cancelled is the error of a call whose context ended before an attempt.
@@ -287,19 +345,25 @@ func (c *call) pastDeadline(d time.Duration) bool {
 }
 
 // delay is the wait before the attempt after attempt, connLost when that
-// attempt lost its connection.
+// attempt lost its connection: a Backoff's delay, and the manager's pause.
 func (c *call) delay(attempt int, connLost bool) time.Duration {
 	cfg := c.cfg
-	if connLost {
+	b, n := cfg.backoff, attempt
+	switch {
+	case connLost:
 		// The server is away, not busy: neither the backoff nor the
 		// manager's spacing is about that.
 		c.connLosses++
-		return max(connLossBackoff.Delay(c.connLosses, cfg.rand()), 0)
+		b, n = connLossBackoff, c.connLosses
+	case c.spaced:
+		b = nil // a domain's gate spaces its retries by itself
 	}
-	c.connLosses = 0
+	if !connLost {
+		c.connLosses = 0
+	}
 	var d time.Duration
-	if !c.spaced { // a domain's gate spaces its retries by itself
-		d = max(cfg.backoff.Delay(attempt, cfg.rand()), 0)
+	if b != nil {
+		d = max(b.Delay(n, cfg.rand()), 0)
 	}
 	if c.pause > 0 {
 		// The manager saw a conflict with another process: the call
@@ -350,9 +414,9 @@ func (c *call) deadlineOf(ctx context.Context) (time.Time, string) {
 	return d, reason
 }
 
-// admit waits for the contention manager's admission, within ctx and the
+// queue waits for the contention manager's admission, within ctx and the
 // deadline, and returns how long it waited.
-func (c *call) admit(ctx context.Context) (time.Duration, error) {
+func (c *call) queue(ctx context.Context) (time.Duration, error) {
 	if c.adm == nil {
 		return 0, nil
 	}
@@ -392,24 +456,32 @@ func (c *call) wait(ctx context.Context, d time.Duration) error {
 // the attempt took.
 func (c *call) attempt(ctx context.Context, n int, queued time.Duration) (res result, dur time.Duration) {
 	t0 := c.cfg.clock.Now()
+	ended := false // stays false while fn panics
 	if c.cm != nil {
 		timeouts := c.lockTimeouts
 		defer func() {
 			now := c.cfg.clock.Now()
 			dur = now.Sub(t0)
+			if !ended || res.neutral() {
+				// Neither a commit nor a conflict: the manager learns
+				// nothing from it, and the call gives its place back.
+				c.pause = 0
+				c.adm.cancel()
+				return
+			}
 			// An attempt cut short because its caller's context ended (a
 			// lock wait that outlived the deadline, typically a deadlock
-			// PostgreSQL has not detected yet) is congestion too. A panic
-			// in fn is not.
+			// PostgreSQL has not detected yet) is congestion too.
 			cut := res.kind == resPermanent && ctx.Err() != nil
 			c.cm.noteAttempt(res.err, cut, dur, c.lockTimeouts > timeouts, now)
-			c.pause, c.spaced = c.adm.done(res.kind == resRetryable && !res.connLost || cut, now)
+			c.pause, c.spaced = c.adm.done(res.kind == resRetryable || cut, now)
 		}()
 	}
 	if len(c.cfg.observers) > 0 {
 		c.observe(ctx, Event{Kind: AttemptStarted, Label: c.cfg.label, Attempt: n, Queued: queued})
 	}
 	res = c.transaction(ctx, n)
+	ended = true
 	if res.connLost && ctx.Err() != nil {
 		// The caller's end broke the connection: returned as without
 		// WithRetryOnConnectionLoss.
@@ -423,7 +495,7 @@ func (c *call) attempt(ctx context.Context, n int, queued time.Duration) (res re
 func (c *call) transaction(ctx context.Context, n int) result {
 	cfg := c.cfg
 	opts := c.attemptOptions()
-	tx, err := c.a.begin(ctx, opts)
+	tx, err := c.begin(ctx, opts)
 	if err != nil {
 		return c.classify(err, opts)
 	}
@@ -484,9 +556,39 @@ func (c *call) transaction(ctx context.Context, n int) result {
 	return c.classify(err, opts)
 }
 
+// begin begins the attempt's transaction. Under a time budget, BEGIN and
+// the wait for a pooled connection (or for a new one to open) end with
+// what is left of it, as they end with the context's deadline: an attempt
+// that cannot even begin within the budget is not run. Not on a handle of
+// one connection, which has no pool to wait for, and whose driver would
+// close the connection it cannot replace to abandon BEGIN.
+func (c *call) begin(ctx context.Context, opts TxOptions) (Tx, error) {
+	if c.reason != "time budget" || c.a.singleConn() {
+		return c.a.begin(ctx, opts)
+	}
+	bctx, cancel := context.WithTimeoutCause(ctx, max(c.deadline.Sub(c.cfg.clock.Now()), 0), errBudgetSpent)
+	defer cancel()
+	tx, err := c.a.begin(bctx, opts)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(bctx), errBudgetSpent) {
+		return nil, &budgetSpentError{err: err}
+	}
+	return tx, err
+}
+
+// errBudgetSpent is the cause of a BEGIN that the time budget ended.
+var errBudgetSpent = errors.New("txretry: time budget spent before BEGIN returned")
+
+// budgetSpentError is BEGIN's error when the time budget ended it.
+type budgetSpentError struct{ err error }
+
+func (e *budgetSpentError) Error() string   { return errBudgetSpent.Error() + ": " + Describe(e.err) }
+func (e *budgetSpentError) Unwrap() []error { return []error{context.DeadlineExceeded, e.err} }
+
 // attemptOptions are the next attempt's transaction options: the call's,
 // with WithLockTimeout's timeout doubled for each of the call's attempts
-// that it ended, on the isolation levels where a lock wait rarely pays.
+// that it ended, on the isolation levels where a lock wait rarely pays,
+// and no longer than what is left before the deadline or the time budget
+// (a lock wait must not carry an attempt past it).
 func (c *call) attemptOptions() TxOptions {
 	o := c.cfg.txOpts
 	if c.cfg.lockTimeout == lockTimeoutAuto && c.cm != nil && c.cm.lockTimeoutArmed(c.cfg.clock.Now()) {
@@ -500,12 +602,20 @@ func (c *call) attemptOptions() TxOptions {
 	default:
 		o.LockTimeout = 0
 	}
+	if o.LockTimeout > 0 && !c.deadline.IsZero() {
+		// At least a millisecond: 0 would turn the lock timeout off.
+		o.LockTimeout = min(o.LockTimeout, max(c.deadline.Sub(c.cfg.clock.Now()), time.Millisecond))
+	}
 	return o
 }
 
 // classify classifies an attempt's error: retryable if the classifier
 // says so, or if it is the lock timeout the attempt set itself.
 func (c *call) classify(err error, opts TxOptions) result {
+	var spent *budgetSpentError
+	if errors.As(err, &spent) {
+		return result{kind: resSpent, err: err}
+	}
 	if opts.LockTimeout > 0 && pgerr.IsLockTimeout(err) {
 		c.lockTimeouts++
 		return result{kind: resRetryable, err: err}
@@ -513,7 +623,9 @@ func (c *call) classify(err error, opts TxOptions) result {
 	if c.cfg.classify(err) {
 		return result{kind: resRetryable, err: err}
 	}
-	if c.cfg.connLoss && connectionLost(err) {
+	if c.cfg.connLoss && !c.a.singleConn() && connectionLost(err) {
+		// A handle of one connection is left out: that connection is
+		// gone and does not come back.
 		return result{kind: resRetryable, err: err, connLost: true}
 	}
 	return result{kind: resPermanent, err: err}

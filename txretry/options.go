@@ -157,12 +157,16 @@ func positive(name string, d time.Duration, at func(*config) *time.Duration) Opt
 
 // WithTimeBudget bounds the whole call, waits included: no attempt or wait
 // is started that cannot finish within d of the call's start, judging by the
-// shortest attempt of this call so far (a retry admitted by the contention
-// manager is checked again once admitted); the call then returns the last
-// retryable error wrapped in a *RetryError (ErrRetriesExhausted, reason
-// "time budget"). The caller's context deadline is honoured the same way
-// (reason "deadline"). d must be positive. Default: no budget beyond the
-// context's deadline and the attempt limit.
+// shortest attempt of this call so far (an attempt admitted by the
+// contention manager is checked again once admitted); the call then returns
+// the last retryable error wrapped in a *RetryError (ErrRetriesExhausted,
+// reason "time budget"). On a pool, an attempt's BEGIN, with the wait for
+// a pooled or a new connection, ends with what is left of d (the call then
+// returns the same way); an attempt's lock timeout (WithLockTimeout) is no
+// longer than what is left; fn's own statements are not cut. The caller's
+// context deadline is honoured the same way (reason "deadline"). d must be
+// positive. Default: no budget beyond the context's deadline and the
+// attempt limit.
 func WithTimeBudget(d time.Duration) Option {
 	return positive("WithTimeBudget", d, func(c *config) *time.Duration { return &c.budget })
 }

@@ -1,0 +1,70 @@
+package txretry
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+
+	"github.com/txretry/txretry/txretry/internal/fakedb"
+)
+
+// TestGateLearnsNothingFromNeutralOutcomes: an attempt that neither
+// committed nor conflicted (fn panicked, COMMIT's outcome is unknown, the
+// idempotency key was already committed, the connection was lost) gives
+// its place in its domain's gate back without counting as a commit: the
+// gate does not move towards widening (its streak of commits) and its
+// conflict rate does not move. A commit, for contrast, does count.
+func TestGateLearnsNothingFromNeutralOutcomes(t *testing.T) {
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	for _, tc := range []struct {
+		name   string
+		drv    *fakedb.Driver
+		fn     func(context.Context, *sql.Tx) error
+		opts   []Option
+		streak int // after one call
+	}{
+		{"commit", &fakedb.Driver{}, nil, nil, 1},
+		{"panic in fn", &fakedb.Driver{}, func(context.Context, *sql.Tx) error { panic("fn's bug") }, nil, 0},
+		{"uncertain commit", &fakedb.Driver{OnCommit: func(int) error { return io.ErrUnexpectedEOF }}, nil, nil, 0},
+		{"key already committed", &fakedb.Driver{OnExec: func(context.Context, int, string, []driver.NamedValue) error {
+			return &fakedb.SQLStateError{Code: "23505"}
+		}}, nil, []Option{WithIdempotencyKey("idem_keys", "k1")}, 0},
+		{"connection lost", &fakedb.Driver{OnExec: func(context.Context, int, string, []driver.NamedValue) error { return reset }},
+			nil, []Option{WithRetryOnConnectionLoss(), WithMaxAttempts(1)}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := new(ContentionManager)
+			d := m.domain(domainKey("k", nil))
+			d.width, d.rate = 1, 0.5 // closed, one place
+			wantRate := 0.5
+			if tc.streak > 0 {
+				wantRate *= 1 - cmAlpha // a commit weighs in
+			}
+			db := tc.drv.DB()
+			defer db.Close()
+			fn := tc.fn
+			if fn == nil {
+				fn = func(ctx context.Context, tx *sql.Tx) error {
+					_, err := tx.ExecContext(ctx, "UPDATE t SET v = v + 1")
+					return err
+				}
+			}
+			func() {
+				defer func() { _ = recover() }()
+				_ = RunInTx(context.Background(), db, fn, append([]Option{WithContentionManager(m), WithLabel("k")}, tc.opts...)...)
+			}()
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			if d.streak != tc.streak || d.rate != wantRate || d.width != 1 {
+				t.Errorf("streak %d, rate %v, width %d; want streak %d, rate %v, width 1", d.streak, d.rate, d.width, tc.streak, wantRate)
+			}
+			if d.inUse != 0 || len(d.queue) != 0 {
+				t.Errorf("%d places in use, %d queued; want the place given back", d.inUse, len(d.queue))
+			}
+		})
+	}
+}
