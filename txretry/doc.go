@@ -152,7 +152,11 @@
 // (WithIdempotencyKey is refused: the key belongs to the outermost call).
 // It never retries on its own: its errors are returned as they are, so that
 // fn can return them and only the outermost call retries. A nested call on another
-// handle is an independent transaction with its own retries.
+// handle is an independent transaction with its own retries. A call joins
+// the nearest enclosing call on its handle, also across calls on other
+// handles in between (db1, then db2, then db1 again: the third joins the
+// first), which is the transaction TxOrDB(ctx, db1) returns there; inside
+// it, Attempt and AfterCommit are the joined call's.
 //
 // # The transaction from the context
 //

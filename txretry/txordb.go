@@ -41,9 +41,9 @@ func TxOrDB(ctx context.Context, db DBTX) DBTX {
 // TxFromContext is how an adapter finds the transaction of the call on its
 // handle that ctx is inside, to give its users a TxOrDB: it returns the T
 // that the adapter's Begin returned for the running attempt of the
-// innermost such call, and true. handle is compared with the calls'
-// handles (AdapterHandle) as nested calls compare them; calls on other
-// handles are skipped. It returns T's zero value and false when ctx (nil
+// nearest such call, and true: the call that a nested call on handle
+// joins. handle is compared with the calls' handles (AdapterHandle) as
+// nested calls compare them; calls on other handles are skipped. It returns T's zero value and false when ctx (nil
 // included) is inside no call on handle, or when that call's transaction
 // is not a T (another adapter's, on the same handle).
 //
@@ -51,15 +51,8 @@ func TxOrDB(ctx context.Context, db DBTX) DBTX {
 // attempt ended: an adapter should hand it out as it is (its statements
 // then fail), never its handle instead.
 func TxFromContext[T Tx](ctx context.Context, handle any) (tx T, ok bool) {
-	if ctx == nil {
-		return tx, false
+	if v := callOn(ctx, handle); v != nil {
+		tx, ok = v.tx.(T)
 	}
-	v, _ := ctx.Value(txCtxKey{}).(*txCtxVal)
-	for ; v != nil; v = v.parent {
-		if sameKey(v.key, handle) {
-			tx, ok = v.tx.(T)
-			return tx, ok
-		}
-	}
-	return tx, false
+	return tx, ok
 }

@@ -43,6 +43,9 @@ func TestTxOrDBFindsTheCallOnItsHandle(t *testing.T) {
 				t.Errorf("in the inner call, for the outer db: %v, want the outer tx", got)
 			}
 			return txretry.RunInTx(ctx, f.db, func(ctx context.Context, inner *sql.Tx) error {
+				if inner != tx {
+					t.Error("the innermost call did not join the outer call on its db")
+				}
 				if got := txretry.TxOrDB(ctx, f.db); got != inner {
 					t.Errorf("in the innermost call: %v, want its tx", got)
 				}
