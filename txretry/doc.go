@@ -167,7 +167,9 @@
 // handles are skipped, never taken for one on db. A context kept after fn
 // returned still gives its attempt's transaction, now ended (sql.ErrTxDone),
 // never db. pgxretry, sqlxretry, gormretry and bunretry have their own
-// TxOrDB, built on TxFromContext.
+// TxOrDB, built on TxFromContext and TxOrDB. The libraries built on
+// database/sql share the *sql.DB's calls: each one's TxOrDB, inside
+// another's call on the same *sql.DB, runs on that call's *sql.Tx.
 //
 // # Side effects after commit
 //
