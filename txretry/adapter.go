@@ -121,9 +121,10 @@ type AdapterLease interface {
 
 // AdapterFunc is an Adapter that returns the caller's function (the fn
 // given to RunInTx, pgxretry.RunInTx or the adapter's own Run), itself and
-// not a wrapper: the function's code pointer keys the call's conflict
-// domain in the contention manager when WithLabel names none. Without it
-// all calls on a handle share one domain.
+// not a wrapper: the function's name keys the call's conflict domain in
+// the contention manager when neither WithConflictDomain nor WithLabel
+// names one (see ContentionManager). Without it all calls on a handle
+// share one domain.
 type AdapterFunc interface {
 	Func() any
 }

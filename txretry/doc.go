@@ -56,8 +56,9 @@
 //
 // Between attempts RunInTx waits. By default each database handle has a
 // ContentionManager, which keeps one conflict domain per kind of
-// transaction: the calls with one WithLabel, or else the calls whose fn was
-// written at one place in the source. A domain whose transactions have not
+// transaction: the calls with one WithConflictDomain or WithLabel name, or
+// else the calls of one function fn (by its import path and name, a
+// closure by its file and line). A domain whose transactions have not
 // been conflicting costs nothing: its attempts go straight to the database
 // and retry after the Backoff (default: full jitter over an exponential
 // delay from 2 ms, capped at 250 ms). Once more than a quarter of a domain's

@@ -141,12 +141,12 @@ func enter(ctx context.Context, a adapter, opts []Option) error {
 }
 
 // admissionOf is a call's standing with its manager cm (nil: none): the
-// gate of its domain, named by its label or fn.
+// gate of its domain, named by WithConflictDomain, its label or fn.
 func admissionOf(cm *ContentionManager, cfg *config, a adapter, start time.Time) admission {
 	if cm == nil {
 		return nil
 	}
-	k := domainKey(cfg.label, a.fn())
+	k := domainKey(cmp.Or(cfg.domain, cfg.label), a.fn())
 	return &cmTurn{d: cm.domain(k), key: k, lease: a.leaser(), max: cm.maxWidth(), since: start, rand: cfg.rand}
 }
 
