@@ -122,9 +122,10 @@ type AdapterLease interface {
 
 // AdapterFunc is an Adapter that returns the caller's function (the fn
 // given to RunInTx, pgxretry.RunInTx or the adapter's own Run), itself and
-// not a wrapper: the function's code pointer keys the call's conflict
-// domain in the contention manager when WithLabel names none. Without it
-// all calls on a handle share one domain.
+// not a wrapper: the function's name keys the call's conflict domain in
+// the contention manager when neither WithConflictDomain nor WithLabel
+// names one (see ContentionManager). Without it all calls on a handle
+// share one domain.
 type AdapterFunc interface {
 	Func() any
 }
@@ -197,9 +198,28 @@ func (t typed[T]) call(ctx context.Context, tx Tx) error { return t.a.Call(ctx, 
 func (t typed[T]) join(ctx context.Context, tx Tx) error {
 	own, ok := tx.(T)
 	if !ok {
+		own, ok = asSQLTx[T](tx)
+	}
+	if !ok {
 		return fmt.Errorf("%w: a nested call on the same handle wants a %T, the enclosing call's transaction is a %T", ErrInvalidOption, own, tx)
 	}
 	return t.a.Call(ctx, own)
+}
+
+// asSQLTx gives a call whose transaction is a *SQLTx[*sql.Tx] (RunInTx's,
+// gormretry's) the *sql.Tx under another library's transaction on the
+// same handle (sqlxretry's, bunretry's), which it joins.
+func asSQLTx[T Tx](tx Tx) (T, bool) {
+	var own T
+	if _, ok := any(own).(*SQLTx[*sql.Tx]); !ok {
+		return own, false
+	}
+	s, ok := tx.(interface{ sqlTx() *sql.Tx })
+	if !ok || s.sqlTx() == nil {
+		return own, false
+	}
+	own, ok = any(&SQLTx[*sql.Tx]{Tx: s.sqlTx()}).(T)
+	return own, ok
 }
 
 func (t typed[T]) handle() (any, bool) {

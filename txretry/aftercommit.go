@@ -64,7 +64,7 @@ func AfterCommit(ctx context.Context, f func(ctx context.Context)) {
 		ctx = context.Background()
 	}
 	if v, ok := ctx.Value(txCtxKey{}).(*txCtxVal); ok {
-		v.after.add(f)
+		v.self().after.add(f)
 		return
 	}
 	f(context.WithoutCancel(ctx))

@@ -11,13 +11,18 @@ import (
 	"weak"
 
 	"github.com/txretry/txretry/pgerr"
+	"github.com/txretry/txretry/txretry/internal/funcname"
 )
 
 // ContentionManager spaces out the attempts of the transactions that
 // conflict with each other, and leaves every other transaction alone.
 //
-// It keeps one conflict domain per WithLabel name or, without a label, per
-// place in the source where fn was written (told by AdapterFunc). An open
+// It keeps one conflict domain per WithConflictDomain or WithLabel name
+// or, without one, per function fn (told by AdapterFunc), named the same
+// in every build of the code: a function or method by its import path and
+// name (a method value as its method: svc.Transfer and svc.Deposit are two
+// domains; a generic function's instantiations share one), a closure by
+// its file's base name and line. An open
 // domain's attempts go straight to the database. Once more than a quarter of
 // its recent attempts conflict, it closes a FIFO gate: its attempts queue
 // in the order their calls arrived, a retry keeping its call's place, one
@@ -86,22 +91,41 @@ func (m *ContentionManager) Queued() int {
 	return n
 }
 
-// domainKey names the domain of a call with label and function fn (nil:
-// the adapter does not tell): "label:" and the label, or the place in the
-// source where fn was written, not its code pointer: the compiler copies a
-// closure into every caller it inlines the enclosing function into.
-func domainKey(label string, fn any) string {
-	v := reflect.ValueOf(fn)
-	if label != "" || v.Kind() != reflect.Func || v.IsNil() {
-		return "label:" + label
+// domainKey names the domain of a call whose domain name
+// (WithConflictDomain, else WithLabel) is name, with function fn (nil: the
+// adapter does not tell): "label:" and the name, or fn's name, the same in
+// every build of the code wherever it was built, since replicas share a
+// domain's lease through a database lock named by it (see funcname.Of: a
+// function's or method's import path and name, a closure's file and line).
+func domainKey(name string, fn any) string {
+	if name != "" {
+		return "label:" + name
 	}
-	pc := v.Pointer()
-	f := runtime.FuncForPC(pc)
-	if f == nil {
-		return fmt.Sprint("pc:", pc)
+	if n := funcname.Of(fn); n != "" {
+		return n
 	}
-	file, line := f.FileLine(pc)
-	return fmt.Sprintf("%s:%d", file, line) // about 0.3 µs
+	return "label:"
+}
+
+// WithConflictDomain names the call's conflict domain in the contention
+// manager: the calls with one name queue together when they conflict,
+// apart from every other domain, whatever their function or label. It
+// names the domain apart from WithLabel, which observers also use as a
+// metric attribute: a name made at run time (per tenant, per hot row)
+// multiplies domains here, at most 1024 a manager (the calls of any
+// further domain share one), and no metric's series. The name is the one
+// a label would give: WithConflictDomain("transfer") and
+// WithLabel("transfer") share a domain. Default: the WithLabel name, else
+// the function fn (see ContentionManager). An empty name returns
+// ErrInvalidOption.
+func WithConflictDomain(name string) Option {
+	return func(c *config) {
+		if name == "" {
+			c.fail("WithConflictDomain(\"\"): a domain needs a name")
+			return
+		}
+		c.domain = name
+	}
 }
 
 // domain returns the domain of k, made on first use.

@@ -56,8 +56,9 @@
 //
 // Between attempts RunInTx waits. By default each database handle has a
 // ContentionManager, which keeps one conflict domain per kind of
-// transaction: the calls with one WithLabel, or else the calls whose fn was
-// written at one place in the source. A domain whose transactions have not
+// transaction: the calls with one WithConflictDomain or WithLabel name, or
+// else the calls of one function fn (by its import path and name, a
+// closure by its file and line). A domain whose transactions have not
 // been conflicting costs nothing: its attempts go straight to the database
 // and retry after the Backoff (default: full jitter over an exponential
 // delay from 2 ms, capped at 250 ms). Once more than a quarter of a domain's
@@ -190,7 +191,11 @@
 // (WithIdempotencyKey is refused: the key belongs to the outermost call).
 // It never retries on its own: its errors are returned as they are, so that
 // fn can return them and only the outermost call retries. A nested call on another
-// handle is an independent transaction with its own retries.
+// handle is an independent transaction with its own retries. A call joins
+// the nearest enclosing call on its handle, also across calls on other
+// handles in between (db1, then db2, then db1 again: the third joins the
+// first), which is the transaction TxOrDB(ctx, db1) returns there; inside
+// it, Attempt and AfterCommit are the joined call's.
 //
 // # The transaction from the context
 //
@@ -201,7 +206,9 @@
 // handles are skipped, never taken for one on db. A context kept after fn
 // returned still gives its attempt's transaction, now ended (sql.ErrTxDone),
 // never db. pgxretry, sqlxretry, gormretry and bunretry have their own
-// TxOrDB, built on TxFromContext.
+// TxOrDB, built on TxFromContext and TxOrDB. The libraries built on
+// database/sql share the *sql.DB's calls: each one's TxOrDB, inside
+// another's call on the same *sql.DB, runs on that call's *sql.Tx.
 //
 // # Side effects after commit
 //

@@ -23,6 +23,37 @@ type txCtxVal struct {
 	gate    *ContentionManager // the manager this attempt was admitted by, if any
 	parent  *txCtxVal          // the enclosing call's attempt, for calls on other handles
 	after   attemptHooks       // AfterCommit's, registered by fn
+	// joined is set on the value a nested call puts in its fn's context
+	// when it joined a call that is not the innermost one (see enter): it
+	// copies that call's key, tx, attempt and gate, and AfterCommit
+	// registers with it.
+	joined *txCtxVal
+}
+
+// self is the attempt v stands for: its own, or the one it joined.
+func (v *txCtxVal) self() *txCtxVal {
+	if v.joined != nil {
+		return v.joined
+	}
+	return v
+}
+
+// callOn returns the attempt of the nearest call on handle h that ctx is
+// inside, anywhere in the chain of enclosing calls, nil for none (and for
+// a nil ctx or h). It is the one answer to "which transaction is current
+// on h": a nested call on h joins it, and TxFromContext (so every TxOrDB)
+// returns its transaction.
+func callOn(ctx context.Context, h any) *txCtxVal {
+	if ctx == nil || h == nil {
+		return nil
+	}
+	v, _ := ctx.Value(txCtxKey{}).(*txCtxVal)
+	for ; v != nil; v = v.parent {
+		if sameKey(v.key, h) {
+			return v
+		}
+	}
+	return nil
 }
 
 // holds reports whether ctx is inside an attempt admitted by m.
@@ -78,21 +109,29 @@ func enter(ctx context.Context, a adapter, opts []Option) error {
 	if err := a.check(cfg.txOpts); err != nil {
 		return err
 	}
-	// A nested call on the same handle joins the outer transaction and
-	// leaves retrying to the outermost call.
-	outer, _ := ctx.Value(txCtxKey{}).(*txCtxVal)
-	nested := outer != nil && sameKey(outer.key, h)
-	if err := checkIdempotency(cfg, nested); err != nil {
+	// A nested call joins the nearest enclosing call on the same handle,
+	// even with calls on other handles in between (the transaction
+	// TxOrDB returns), and leaves retrying to the outermost call.
+	inner, _ := ctx.Value(txCtxKey{}).(*txCtxVal)
+	outer := callOn(ctx, h)
+	if err := checkIdempotency(cfg, outer != nil); err != nil {
 		return err
 	}
-	if nested {
+	if outer != nil {
+		if outer != inner {
+			// fn's context names the joined call as the innermost, so
+			// that Attempt and AfterCommit in fn are that call's, and
+			// keeps the calls in between in the chain.
+			ctx = context.WithValue(ctx, txCtxKey{}, &txCtxVal{key: outer.key, tx: outer.tx, attempt: outer.attempt,
+				gate: outer.gate, parent: inner, joined: outer.self()})
+		}
 		return a.join(ctx, outer.tx)
 	}
 	cm := managerOf(a, cfg, h)
 	if cm != nil && holds(ctx, cm) {
 		cm = nil // already admitted by the enclosing call: queueing again would deadlock
 	}
-	c := &call{cfg: cfg, a: a, key: h, cm: cm, parent: outer, minDur: -1}
+	c := &call{cfg: cfg, a: a, key: h, cm: cm, parent: inner, minDur: -1}
 	if err := c.loop(ctx); err != nil {
 		return err
 	}
@@ -101,12 +140,12 @@ func enter(ctx context.Context, a adapter, opts []Option) error {
 }
 
 // admissionOf is a call's standing with its manager cm (nil: none): the
-// gate of its domain, named by its label or fn.
+// gate of its domain, named by WithConflictDomain, its label or fn.
 func admissionOf(cm *ContentionManager, cfg *config, a adapter, start time.Time) admission {
 	if cm == nil {
 		return nil
 	}
-	k := domainKey(cfg.label, a.fn())
+	k := domainKey(cmp.Or(cfg.domain, cfg.label), a.fn())
 	return &cmTurn{d: cm.domain(k), key: k, lease: a.leaser(), max: cm.maxWidth(), since: start, rand: cfg.rand}
 }
 

@@ -3,10 +3,12 @@ package txretry_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
-
-	"errors"
+	"time"
 
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/internal/fakedb"
@@ -80,5 +82,69 @@ func TestNestedCallChecksItsOptions(t *testing.T) {
 	}, f.opts()...)
 	if err != nil || !errors.Is(innerErr, txretry.ErrInvalidOption) || inner.Load() != 0 {
 		t.Fatalf("outer err=%v inner err=%v inner fn runs=%d, want nil, ErrInvalidOption, 0", err, innerErr, inner.Load())
+	}
+}
+
+// TestNestedCallJoinsAcrossCallsOnOtherHandles: db1, then db2, then db1
+// again: the third call joins the first, the transaction TxOrDB(ctx, db1)
+// gives there, instead of beginning a second one on db1 (on a pool of one
+// connection it would wait for its own connection). Attempt and
+// AfterCommit inside it are the first call's: its hooks run after db1's
+// commit, and not at all when db1's transaction rolls back.
+func TestNestedCallJoinsAcrossCallsOnOtherHandles(t *testing.T) {
+	for _, outerErr := range []error{nil, errDomain} {
+		t.Run(fmt.Sprint("outer returns ", outerErr), func(t *testing.T) {
+			f := newFixture(t, &fakedb.Driver{})
+			g := newFixture(t, &fakedb.Driver{})
+			f.db.SetMaxOpenConns(1)
+			// Bounds the old behaviour's wait for db1's only connection.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var hookRanAfter []int // db1's commits when the hook ran
+			err := txretry.RunInTx(ctx, f.db, func(ctx context.Context, outer *sql.Tx) error {
+				err := txretry.RunInTx(ctx, g.db, func(ctx context.Context, mid *sql.Tx) error {
+					return txretry.RunInTx(ctx, f.db, func(ctx context.Context, inner *sql.Tx) error {
+						if inner != outer {
+							t.Error("the inner call on db1 began a transaction of its own")
+						}
+						if got := txretry.TxOrDB(ctx, f.db); got != inner {
+							t.Errorf("TxOrDB(db1) in the inner call: %v, want its tx", got)
+						}
+						if got := txretry.TxOrDB(ctx, g.db); got != mid {
+							t.Errorf("TxOrDB(db2) in the inner call: %v, want db2's tx", got)
+						}
+						if a := txretry.Attempt(ctx); a != 1 {
+							t.Errorf("Attempt in the inner call: %d, want 1", a)
+						}
+						txretry.AfterCommit(ctx, func(context.Context) { hookRanAfter = append(hookRanAfter, f.drv.Stats().Commits) })
+						_, err := inner.ExecContext(ctx, "UPDATE t SET v = 1")
+						return err
+					}, f.opts()...)
+				}, g.opts()...)
+				if err != nil {
+					return err
+				}
+				return outerErr
+			}, f.opts()...)
+			if !errors.Is(err, outerErr) {
+				t.Fatalf("err = %v, want %v", err, outerErr)
+			}
+			if s := f.drv.Stats(); s.Begins != 1 {
+				t.Errorf("%d transactions began on db1, want 1", s.Begins)
+			}
+			if g.drv.Stats().Commits != 1 {
+				t.Errorf("db2 committed %d times, want 1", g.drv.Stats().Commits)
+			}
+			want := []int{1} // after db1's one commit
+			if outerErr != nil {
+				want = nil // db1 rolled back: the inner work with it
+				if s := f.drv.Stats(); s.Commits != 0 || s.Rollbacks != 1 {
+					t.Errorf("db1: %d commits, %d rollbacks; want 0 and 1", s.Commits, s.Rollbacks)
+				}
+			}
+			if !slices.Equal(hookRanAfter, want) {
+				t.Errorf("the inner call's hook ran after db1's commits %v, want %v", hookRanAfter, want)
+			}
+		})
 	}
 }

@@ -51,6 +51,7 @@ type config struct {
 	idem           *idemKey // WithIdempotencyKey; also the verifier
 	observers      []Observer
 	label          string
+	domain         string // WithConflictDomain; "": the label's, else fn's
 	cm             *ContentionManager
 	noCM           bool // WithoutContentionManager
 	budgetShared   *RetryBudget
@@ -337,8 +338,8 @@ func WithRand(float64 func() float64) Option {
 // WithLabel names the operation (for example "transfer"), for observers,
 // logs and metrics, and as the call's conflict domain in the contention
 // manager: calls with one label queue together when they conflict, apart
-// from every other domain. Default: empty (the domain is where fn was
-// written).
+// from every other domain unless WithConflictDomain names another.
+// Default: empty (the domain is fn's, see ContentionManager).
 func WithLabel(label string) Option {
 	return func(c *config) { c.label = label }
 }

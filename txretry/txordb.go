@@ -3,6 +3,7 @@ package txretry
 import (
 	"context"
 	"database/sql"
+	"reflect"
 )
 
 // DBTX is what sqlc's code generated for database/sql needs of a database
@@ -29,21 +30,69 @@ type DBTX interface {
 // attempt ended its statements fail with sql.ErrTxDone, so nothing runs
 // outside the transaction by mistake. A *sql.Tx may be used from several
 // goroutines while fn runs, but RunInTx commits as soon as fn returns: wait
-// for them in fn. The transaction of another adapter's call on the same
-// *sql.DB (sqlxretry, bunretry) is not a *sql.Tx: TxOrDB returns db.
+// for them in fn.
+//
+// The call may be any library's on db built on database/sql (RunInTx,
+// gormretry, sqlxretry, bunretry, an Adapter whose transaction is a SQLTx):
+// TxOrDB returns the *sql.Tx under its transaction (one it embeds under an
+// exported name, as *sqlx.Tx and bun.Tx do), so that repository code never
+// runs outside the transaction its caller is in. The adapters' own TxOrDB
+// are built on it. Only an Adapter whose transaction holds no *sql.Tx has
+// none to give: TxOrDB then returns db.
 func TxOrDB(ctx context.Context, db DBTX) DBTX {
-	if tx, ok := TxFromContext[*SQLTx[*sql.Tx]](ctx, db); ok {
-		return tx.Tx
+	if v := callOn(ctx, db); v != nil {
+		if t, ok := v.tx.(interface{ sqlTx() *sql.Tx }); ok {
+			if tx := t.sqlTx(); tx != nil {
+				return tx
+			}
+		}
 	}
 	return db
+}
+
+// sqlTx is the *sql.Tx that the library's transaction is or embeds
+// (sqlx's *sqlx.Tx, bun's bun.Tx), nil if it has none.
+func (t *SQLTx[T]) sqlTx() *sql.Tx {
+	if tx, ok := any(t.Tx).(*sql.Tx); ok {
+		return tx
+	}
+	return embeddedSQLTx(reflect.ValueOf(t.Tx), 4)
+}
+
+var sqlTxType = reflect.TypeFor[*sql.Tx]()
+
+// embeddedSQLTx finds a *sql.Tx in v or among the fields that v embeds
+// under exported names (sqlx.Tx's Tx, bun.Tx's Tx), depth levels deep at
+// most.
+func embeddedSQLTx(v reflect.Value, depth int) *sql.Tx {
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return nil
+		}
+		if v.Type() == sqlTxType {
+			return v.Interface().(*sql.Tx)
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct || depth == 0 {
+		return nil
+	}
+	for i := range v.NumField() {
+		if f := v.Type().Field(i); f.Anonymous && f.IsExported() {
+			if tx := embeddedSQLTx(v.Field(i), depth-1); tx != nil {
+				return tx
+			}
+		}
+	}
+	return nil
 }
 
 // TxFromContext is how an adapter finds the transaction of the call on its
 // handle that ctx is inside, to give its users a TxOrDB: it returns the T
 // that the adapter's Begin returned for the running attempt of the
-// innermost such call, and true. handle is compared with the calls'
-// handles (AdapterHandle) as nested calls compare them; calls on other
-// handles are skipped. It returns T's zero value and false when ctx (nil
+// nearest such call, and true: the call that a nested call on handle
+// joins. handle is compared with the calls' handles (AdapterHandle) as
+// nested calls compare them; calls on other handles are skipped. It returns T's zero value and false when ctx (nil
 // included) is inside no call on handle, or when that call's transaction
 // is not a T (another adapter's, on the same handle).
 //
@@ -51,15 +100,8 @@ func TxOrDB(ctx context.Context, db DBTX) DBTX {
 // attempt ended: an adapter should hand it out as it is (its statements
 // then fail), never its handle instead.
 func TxFromContext[T Tx](ctx context.Context, handle any) (tx T, ok bool) {
-	if ctx == nil {
-		return tx, false
+	if v := callOn(ctx, handle); v != nil {
+		tx, ok = v.tx.(T)
 	}
-	v, _ := ctx.Value(txCtxKey{}).(*txCtxVal)
-	for ; v != nil; v = v.parent {
-		if sameKey(v.key, handle) {
-			tx, ok = v.tx.(T)
-			return tx, ok
-		}
-	}
-	return tx, false
+	return tx, ok
 }

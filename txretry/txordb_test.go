@@ -43,6 +43,9 @@ func TestTxOrDBFindsTheCallOnItsHandle(t *testing.T) {
 				t.Errorf("in the inner call, for the outer db: %v, want the outer tx", got)
 			}
 			return txretry.RunInTx(ctx, f.db, func(ctx context.Context, inner *sql.Tx) error {
+				if inner != tx {
+					t.Error("the innermost call did not join the outer call on its db")
+				}
 				if got := txretry.TxOrDB(ctx, f.db); got != inner {
 					t.Errorf("in the innermost call: %v, want its tx", got)
 				}
@@ -150,6 +153,50 @@ func TestTxOrDBOnAConn(t *testing.T) {
 		}
 		return nil
 	}, f.opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Another library's transaction that embeds its *sql.Tx, as sqlx's *sqlx.Tx
+// does by pointer and bun's bun.Tx (inside bunretry's own type) by value:
+// TxOrDB is that *sql.Tx, never db.
+type (
+	ByPointer struct{ *sql.Tx }
+	ByValue   struct{ ByPointer }
+)
+
+type wrapAdapter[T txretry.SQLTransaction] struct {
+	db   *sql.DB
+	wrap func(*sql.Tx) T
+	fn   func(ctx context.Context) error
+}
+
+func (a wrapAdapter[T]) Begin(ctx context.Context, _ txretry.TxOptions) (*txretry.SQLTx[T], error) {
+	return txretry.BeginSQL(ctx, func(ctx context.Context) (T, error) {
+		tx, err := a.db.BeginTx(ctx, nil)
+		return a.wrap(tx), err
+	})
+}
+
+func (a wrapAdapter[T]) Call(ctx context.Context, _ *txretry.SQLTx[T]) error { return a.fn(ctx) }
+func (a wrapAdapter[T]) Handle() any                                         { return a.db }
+
+func TestTxOrDBInAnotherAdaptersCall(t *testing.T) {
+	f := newFixture(t, &fakedb.Driver{})
+	var began *sql.Tx
+	check := func(ctx context.Context) error {
+		if got := txretry.TxOrDB(ctx, f.db); got != began {
+			t.Errorf("TxOrDB: %T %p, want the *sql.Tx under the call's transaction %p", got, got, began)
+		}
+		return nil
+	}
+	err := errors.Join(
+		txretry.Run(context.Background(), wrapAdapter[*ByPointer]{db: f.db, fn: check,
+			wrap: func(tx *sql.Tx) *ByPointer { began = tx; return &ByPointer{tx} }}, f.opts()...),
+		txretry.Run(context.Background(), wrapAdapter[ByValue]{db: f.db, fn: check,
+			wrap: func(tx *sql.Tx) ByValue { began = tx; return ByValue{ByPointer{tx}} }}, f.opts()...),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}

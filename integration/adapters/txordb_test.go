@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,6 +41,9 @@ type ordb struct {
 	one  func(ctx context.Context, h int, query string, args ...any) (int64, error)
 	// done is the error of a statement on an ended transaction.
 	done error
+	// oneConn limits handle h's pool to one connection (nil: pgx's
+	// pools, whose size is fixed when made).
+	oneConn func(h int)
 }
 
 type ordbLib struct {
@@ -101,7 +105,8 @@ func openOrdbSQL(t *testing.T, pg bool, dsn string) *ordb {
 		one: func(ctx context.Context, h int, q string, args ...any) (n int64, err error) {
 			return n, txretry.TxOrDB(ctx, hs[h]).QueryRowContext(ctx, ordbRebind(pg, q), args...).Scan(&n)
 		},
-		done: sql.ErrTxDone,
+		done:    sql.ErrTxDone,
+		oneConn: func(h int) { hs[h].SetMaxOpenConns(1) },
 	}
 }
 
@@ -154,7 +159,8 @@ func openOrdbSQLX(t *testing.T, pg bool, dsn string) *ordb {
 			d := sqlxretry.TxOrDB(ctx, hs[h])
 			return n, d.GetContext(ctx, &n, d.Rebind(q), args...)
 		},
-		done: sql.ErrTxDone,
+		done:    sql.ErrTxDone,
+		oneConn: func(h int) { pools[h].SetMaxOpenConns(1) },
 	}
 }
 
@@ -184,7 +190,8 @@ func openOrdbGORM(t *testing.T, pg bool, dsn string) *ordb {
 		one: func(ctx context.Context, h int, q string, args ...any) (n int64, err error) {
 			return n, gormretry.TxOrDB(ctx, hs[h]).Raw(q, args...).Scan(&n).Error
 		},
-		done: sql.ErrTxDone,
+		done:    sql.ErrTxDone,
+		oneConn: func(h int) { pools[h].SetMaxOpenConns(1) },
 	}
 }
 
@@ -216,7 +223,8 @@ func openOrdbBun(t *testing.T, pg bool, dsn string) *ordb {
 		one: func(ctx context.Context, h int, q string, args ...any) (n int64, err error) {
 			return n, bunretry.TxOrDB(ctx, hs[h]).NewRaw(q, args...).Scan(ctx, &n)
 		},
-		done: sql.ErrTxDone,
+		done:    sql.ErrTxDone,
+		oneConn: func(h int) { pools[h].SetMaxOpenConns(1) },
 	}
 }
 
@@ -227,7 +235,11 @@ func openOrdbBun(t *testing.T, pg bool, dsn string) *ordb {
 // outer call's transaction from a call on another handle nested in it, and
 // the ended transaction, never the handle, from a context kept after fn
 // returned.
-func TestTxOrDB(t *testing.T) {
+func TestTxOrDB(t *testing.T) { forEachOrdb(t, testTxOrDB) }
+
+// forEachOrdb runs test with every library on a fresh database of each
+// server it supports.
+func forEachOrdb(t *testing.T, test func(t *testing.T, o *ordb)) {
 	for _, lib := range ordbLibs {
 		for _, pg := range []bool{true, false} {
 			if lib.postgres && !pg {
@@ -244,7 +256,7 @@ func TestTxOrDB(t *testing.T) {
 				} else {
 					dsn = dbservertest.MySQL(t)
 				}
-				testTxOrDB(t, lib.open(t, pg, dsn))
+				test(t, lib.open(t, pg, dsn))
 			})
 		}
 	}
@@ -369,5 +381,53 @@ func testTxOrDB(t *testing.T, o *ordb) {
 	}
 	if err := o.exec(kept, 0, "INSERT INTO items (id) VALUES (?)", 7); !errors.Is(err, o.done) || count(7) != 0 {
 		t.Errorf("a write after fn returned: %v, %d row(s); want %v and 0", err, count(7), o.done)
+	}
+}
+
+// TestNestedCallJoinsAcrossHandles: every library's call on handle 0, then
+// one on handle 1 inside it, then one on handle 0 again inside that: the
+// third joins the first (the transaction TxOrDB gives there) instead of
+// beginning a second transaction on handle 0, which on a pool of one
+// connection would wait for that connection until the deadline, and on a
+// larger one could wait on the first transaction's locks, a wait no
+// database detects. The third call's write is the first's: seen by it,
+// rolled back with it.
+func TestNestedCallJoinsAcrossHandles(t *testing.T) { forEachOrdb(t, testNestedJoin) }
+
+func testNestedJoin(t *testing.T, o *ordb) {
+	bg := t.Context()
+	errUndo := errors.New("undo")
+	if err := o.exec(bg, 0, "CREATE TABLE items (id INT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	if o.oneConn != nil {
+		o.oneConn(0)
+	}
+	// Bounds a wait for handle 0's only connection, were the third call
+	// to begin a transaction of its own.
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	err := o.run(ctx, 0, func(ctx context.Context, outer any) error {
+		err := o.run(ctx, 1, func(ctx context.Context, _ any) error {
+			return o.run(ctx, 0, func(ctx context.Context, inner any) error {
+				if inner != outer {
+					t.Errorf("the third call got %T %p, want the first call's transaction", inner, inner)
+				}
+				return o.exec(ctx, 0, "INSERT INTO items (id) VALUES (?)", 1)
+			})
+		})
+		if err != nil {
+			return err
+		}
+		if n, err := o.one(ctx, 0, "SELECT COUNT(*) FROM items WHERE id = ?", 1); err != nil || n != 1 {
+			t.Errorf("the first call sees %d of the third call's rows (%v), want 1", n, err)
+		}
+		return errUndo
+	})
+	if !errors.Is(err, errUndo) {
+		t.Fatalf("err = %v, want the first call's own error", err)
+	}
+	if n, err := o.one(bg, 0, "SELECT COUNT(*) FROM items WHERE id = ?", 1); err != nil || n != 0 {
+		t.Errorf("%d row(s) of the third call's write after the first rolled back (%v), want 0", n, err)
 	}
 }

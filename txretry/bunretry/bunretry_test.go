@@ -52,8 +52,9 @@ func TestInvalidInput(t *testing.T) {
 	}
 }
 
-// A call inside fn on db or a clone of it joins; txretry.RunInTx on the
-// same pool is refused rather than run as a second transaction.
+// A call inside fn on db or a clone of it, or txretry.RunInTx on the
+// pool, joins; a bunretry call inside txretry.RunInTx on the pool is
+// refused rather than run as a second transaction.
 func TestNestedCalls(t *testing.T) {
 	drv := &fakedb.Driver{}
 	db := open(t, drv)
@@ -69,14 +70,23 @@ func TestNestedCalls(t *testing.T) {
 				return err
 			}
 		}
-		err := txretry.RunInTx(ctx, db.DB, func(context.Context, *sql.Tx) error { return nil })
-		if !errors.Is(err, txretry.ErrInvalidOption) {
-			t.Errorf("txretry.RunInTx on the pool inside fn: %v, want ErrInvalidOption", err)
-		}
-		return nil
+		err := txretry.RunInTx(ctx, db.DB, func(ctx context.Context, inner *sql.Tx) error {
+			if inner != tx.Tx {
+				t.Error("txretry.RunInTx on the pool inside fn began a transaction of its own")
+			}
+			return nil
+		})
+		return err
 	})
 	if err != nil || drv.Stats().Begins != 1 {
 		t.Fatalf("err = %v, %d transactions, want one", err, drv.Stats().Begins)
+	}
+	// The other way round a bun.Tx cannot be made.
+	err = txretry.RunInTx(context.Background(), db.DB, func(ctx context.Context, _ *sql.Tx) error {
+		return bunretry.RunInTx(ctx, db, func(context.Context, bun.Tx) error { return nil })
+	})
+	if !errors.Is(err, txretry.ErrInvalidOption) {
+		t.Errorf("bunretry.RunInTx inside txretry.RunInTx on the pool: %v, want ErrInvalidOption", err)
 	}
 }
 

@@ -23,16 +23,20 @@
 //
 // TxOrDB(ctx, db) returns, as a bun.IDB, the bun.Tx of the call on db's
 // pool that ctx is inside, and db otherwise, for repository methods that
-// run in the caller's transaction when there is one.
+// run in the caller's transaction when there is one. Inside a call of
+// another library on the pool (txretry.RunInTx, gormretry, sqlxretry) it
+// is a bun.IDB on that call's *sql.Tx (see TxOrDB); txretry.TxOrDB inside
+// a bunretry call is the bun.Tx's *sql.Tx.
 //
 // The handle is the *sql.DB under the *bun.DB, so that db and its clones
 // (WithNamedArg, WithQueryHook) share one default
 // txretry.ContentionManager and a call
-// inside fn with fn's ctx on any of them joins the outer transaction. A
-// txretry.RunInTx on that same *sql.DB inside fn (or around it) is refused
-// with txretry.ErrInvalidOption rather than run as a second transaction on
-// the pool: bun.Tx cannot be made from a *sql.Tx, so the two cannot share
-// one; use the bun.Tx (tx.Tx is its *sql.Tx).
+// inside fn with fn's ctx on any of them joins the outer transaction. So
+// does a txretry.RunInTx (or gormretry call) on that same *sql.DB inside
+// fn, on the bun.Tx's *sql.Tx. The other way round, a bunretry call inside
+// theirs is refused with txretry.ErrInvalidOption rather than run as a
+// second transaction on the pool: bun makes no bun.Tx from another
+// library's *sql.Tx; use TxOrDB there.
 //
 // bun's nested transactions inside fn, tx.RunInTx or tx.BeginTx, are
 // savepoints, as bun documents: an error of the inner function rolls back

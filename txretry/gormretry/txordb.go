@@ -13,8 +13,10 @@ import (
 // RunInTx call on db's connection pool that ctx is inside (ctx is fn's
 // context, or derived from it) as fn's tx is, or to db's pool when ctx is
 // in no call on it (calls on other pools are never taken for one on db's).
-// A db already in a transaction (fn's tx) keeps it. A call of
-// txretry.RunInTx on the same *sql.DB counts: GORM shares its *sql.Tx.
+// A db already in a transaction (fn's tx) keeps it. The call may be any
+// library's on the same *sql.DB (txretry.RunInTx, sqlxretry, bunretry):
+// GORM runs on the *sql.Tx under its transaction, as txretry.TxOrDB gives
+// it.
 // A nil db returns nil; one that RunInTx would refuse returns
 // db.WithContext(ctx).
 //
@@ -29,8 +31,10 @@ func TxOrDB(ctx context.Context, db *gorm.DB) *gorm.DB {
 	if err != nil || a.inTx != nil {
 		return db.WithContext(ctx)
 	}
-	if tx, ok := txretry.TxFromContext[*txretry.SQLTx[*sql.Tx]](ctx, a.handle); ok {
-		return onTx(ctx, db, tx.Tx)
+	if h, ok := a.handle.(txretry.DBTX); ok {
+		if tx, ok := txretry.TxOrDB(ctx, h).(*sql.Tx); ok {
+			return onTx(ctx, db, tx)
+		}
 	}
 	return db.WithContext(ctx)
 }

@@ -17,17 +17,19 @@
 // (db.Unsafe(), another sqlx.NewDb on the pool) share one default
 // txretry.ContentionManager, and a
 // call inside fn with fn's context on any of them joins the outer
-// transaction. A txretry.RunInTx on that same *sql.DB inside fn (or
-// around it) is refused with txretry.ErrInvalidOption rather than run as
-// a second transaction on the pool: a *sqlx.Tx cannot be made from a
-// *sql.Tx outside sqlx, so the two cannot share one; use the *sqlx.Tx
-// (its *sql.Tx is embedded).
+// transaction. So does a txretry.RunInTx (or gormretry call) on that same
+// *sql.DB inside fn, on the *sqlx.Tx's *sql.Tx. The other way round, an
+// sqlxretry call inside theirs is refused with txretry.ErrInvalidOption
+// rather than run as a second transaction on the pool: sqlx makes no
+// *sqlx.Tx from another library's *sql.Tx; use TxOrDB there.
 //
 // TxOrDB(ctx, db) returns the *sqlx.Tx of the call on db's pool that ctx
 // is inside, and db otherwise, as a DBTX (sqlx.ExtContext, sqlc's
 // database/sql methods, GetContext, SelectContext, NamedExecContext), for
 // repository methods that run in the caller's transaction when there is
-// one.
+// one. Inside a call of another library on the pool (txretry.RunInTx,
+// gormretry, bunretry) it is a DBTX on that call's *sql.Tx, bound as db
+// binds; txretry.TxOrDB inside an sqlxretry call is the *sqlx.Tx's *sql.Tx.
 //
 // The real-server tests (conflicts, deadlocks, lost COMMITs through the
 // fault proxy, TxOrDB) are in the integration module, package adapters.

@@ -2,102 +2,32 @@ package sqlxretry_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
-	"net/url"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"github.com/jmoiron/sqlx"
 	"go.uber.org/goleak"
 
 	"github.com/txretry/txretry/mysqlerr"
 	"github.com/txretry/txretry/pgerr"
 	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/internal/dbtest"
 	"github.com/txretry/txretry/txretry/internal/gatetest"
 	"github.com/txretry/txretry/txretry/sqlxretry"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// engine is one database server the tests run on.
-type engine struct {
-	name, env, driver string
-	// fresh creates a database on the server at admin and returns its DSN
-	// and the statement that drops it.
-	fresh func(admin, name string) (dsn, drop string, err error)
-}
-
-var engines = []engine{
-	{name: "postgres", env: "TXRETRY_PG_DSN", driver: "pgx", fresh: func(admin, name string) (string, string, error) {
-		u, err := url.Parse(admin)
-		if err != nil {
-			return "", "", errors.New("TXRETRY_PG_DSN is not a URL")
-		}
-		u.Path = "/" + name
-		return u.String(), "DROP DATABASE " + name + " WITH (FORCE)", nil
-	}},
-	{name: "mysql", env: "TXRETRY_MYSQL_DSN", driver: "mysql", fresh: func(admin, name string) (string, string, error) {
-		cfg, err := mysql.ParseDSN(admin)
-		if err != nil {
-			return "", "", err
-		}
-		cfg.DBName = name
-		return cfg.FormatDSN(), "DROP DATABASE " + name, nil
-	}},
-}
-
 // forEachEngine runs test on a fresh database of each server whose DSN is
 // set, and checks that the test left no connection in use.
 func forEachEngine(t *testing.T, test func(t *testing.T, db *sqlx.DB)) {
-	for _, e := range engines {
-		t.Run(e.name, func(t *testing.T) {
-			admin := os.Getenv(e.env)
-			if admin == "" {
-				if os.Getenv("CI") == "true" {
-					t.Fatalf("set %s: CI runs the %s tests", e.env, e.name)
-				}
-				t.Skipf("set %s to run the %s tests", e.env, e.name)
-			}
-			var b [6]byte
-			_, _ = rand.Read(b[:])
-			name := "sqlxretry_" + hex.EncodeToString(b[:])
-			dsn, drop, err := e.fresh(admin, name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			adb, err := sql.Open(e.driver, admin)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer adb.Close()
-			if _, err := adb.Exec("CREATE DATABASE " + name); err != nil {
-				t.Fatalf("create database: %v", err)
-			}
-			defer func() {
-				if _, err := adb.Exec(drop); err != nil {
-					t.Errorf("drop database: %v", err)
-				}
-			}()
-			db, err := sqlx.Open(e.driver, dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			db.SetMaxOpenConns(10)
-			test(t, db)
-			if n := db.Stats().InUse; n != 0 {
-				t.Errorf("%d connection(s) still in use", n)
-			}
-		})
-	}
+	dbtest.ForEach(t, "sqlxretry", func(t *testing.T, e dbtest.Engine, db *sql.DB) {
+		test(t, sqlx.NewDb(db, e.Driver))
+	})
 }
 
 func mustExec(t *testing.T, db *sqlx.DB, stmts ...string) {
@@ -182,8 +112,9 @@ func TestPermanentErrorReturnedAtOnce(t *testing.T) {
 }
 
 // A call inside fn on the same pool, through the *sqlx.DB or a copy of it,
-// joins the outer transaction; txretry.RunInTx on the pool is refused
-// rather than run as a second transaction; fn's own Commit is refused.
+// or txretry.RunInTx on the pool, joins the outer transaction; an
+// sqlxretry call inside txretry.RunInTx on the pool is refused rather than
+// run as a second transaction; fn's own Commit is refused.
 func TestNestedCallJoinsAndFnCannotCommit(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, db *sqlx.DB) {
 		err := sqlxretry.RunInTx(context.Background(), db, func(ctx context.Context, tx *sqlx.Tx) error {
@@ -198,14 +129,23 @@ func TestNestedCallJoinsAndFnCannotCommit(t *testing.T) {
 					return err
 				}
 			}
-			err := txretry.RunInTx(ctx, db.DB, func(context.Context, *sql.Tx) error { return nil })
-			if !errors.Is(err, txretry.ErrInvalidOption) {
-				t.Errorf("txretry.RunInTx on the pool inside fn: %v, want ErrInvalidOption", err)
-			}
-			return nil
+			err := txretry.RunInTx(ctx, db.DB, func(ctx context.Context, inner *sql.Tx) error {
+				if inner != tx.Tx {
+					t.Error("txretry.RunInTx on the pool inside fn began a transaction of its own")
+				}
+				return nil
+			})
+			return err
 		})
 		if err != nil {
 			t.Fatal(err)
+		}
+		// The other way round a *sqlx.Tx cannot be made.
+		err = txretry.RunInTx(context.Background(), db.DB, func(ctx context.Context, _ *sql.Tx) error {
+			return sqlxretry.RunInTx(ctx, db, func(context.Context, *sqlx.Tx) error { return nil })
+		})
+		if !errors.Is(err, txretry.ErrInvalidOption) {
+			t.Errorf("sqlxretry.RunInTx inside txretry.RunInTx on the pool: %v, want ErrInvalidOption", err)
 		}
 		err = sqlxretry.RunInTx(context.Background(), db, func(ctx context.Context, tx *sqlx.Tx) error { return tx.Commit() })
 		if !errors.Is(err, txretry.ErrTxEndedByFn) || errors.Is(err, txretry.ErrCommitUncertain) {

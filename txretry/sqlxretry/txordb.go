@@ -3,6 +3,7 @@ package sqlxretry
 import (
 	"context"
 	"database/sql"
+	"reflect"
 
 	"github.com/jmoiron/sqlx"
 
@@ -24,6 +25,7 @@ type DBTX interface {
 var (
 	_ DBTX = (*sqlx.DB)(nil)
 	_ DBTX = (*sqlx.Tx)(nil)
+	_ DBTX = boundTx{}
 )
 
 // TxOrDB returns the *sqlx.Tx of the RunInTx call on db's pool that ctx is
@@ -32,10 +34,16 @@ var (
 // nested calls, db's copies (db.Unsafe(), another sqlx.NewDb on the pool)
 // find the call too.
 //
+// When the call on db's pool that ctx is inside is another library's
+// (txretry.RunInTx, gormretry, bunretry), TxOrDB returns a DBTX on that
+// call's *sql.Tx, so that repository code stays in the transaction its
+// caller is in: a *sqlx.Tx (sqlx makes none from a *sql.Tx of another
+// library) with db's Mapper and db.Unsafe()'s leniency, whose
+// DriverName, Rebind, BindNamed and NamedExecContext are db's.
+//
 // As with txretry.TxOrDB, the transaction is the running attempt's: a
 // context kept after fn returned still gives it, and its statements then
-// fail with sql.ErrTxDone, never run on db. A txretry.RunInTx call on the
-// same *sql.DB has a *sql.Tx, not a *sqlx.Tx: TxOrDB returns db.
+// fail with sql.ErrTxDone, never run on db.
 func TxOrDB(ctx context.Context, db *sqlx.DB) DBTX {
 	if db == nil || db.DB == nil {
 		return db
@@ -43,5 +51,44 @@ func TxOrDB(ctx context.Context, db *sqlx.DB) DBTX {
 	if tx, ok := txretry.TxFromContext[*txretry.SQLTx[*sqlx.Tx]](ctx, db.DB); ok {
 		return tx.Tx
 	}
+	if tx, ok := txretry.TxOrDB(ctx, db.DB).(*sql.Tx); ok {
+		return foreignTx(db, tx)
+	}
 	return db
+}
+
+// boundTx is a *sqlx.Tx over another library's *sql.Tx, bound through db:
+// the *sqlx.Tx's driver name, which sqlx sets only in db.BeginTxx, would
+// be empty, and with it Rebind and named parameters wrong.
+type boundTx struct {
+	*sqlx.Tx
+	db *sqlx.DB
+}
+
+func foreignTx(db *sqlx.DB, tx *sql.Tx) boundTx {
+	stx := &sqlx.Tx{Tx: tx, Mapper: db.Mapper}
+	if isUnsafe(db) {
+		stx = stx.Unsafe()
+	}
+	return boundTx{Tx: stx, db: db}
+}
+
+// isUnsafe reports whether db is a db.Unsafe() copy, a flag sqlx keeps
+// unexported; it is read, never written.
+func isUnsafe(db *sqlx.DB) bool {
+	f := reflect.ValueOf(db).Elem().FieldByName("unsafe")
+	return f.IsValid() && f.Kind() == reflect.Bool && f.Bool()
+}
+
+func (t boundTx) DriverName() string     { return t.db.DriverName() }
+func (t boundTx) Rebind(q string) string { return t.db.Rebind(q) }
+
+func (t boundTx) BindNamed(q string, arg any) (string, []any, error) { return t.db.BindNamed(q, arg) }
+
+func (t boundTx) NamedExecContext(ctx context.Context, q string, arg any) (sql.Result, error) {
+	q, args, err := t.db.BindNamed(q, arg)
+	if err != nil {
+		return nil, err
+	}
+	return t.ExecContext(ctx, q, args...)
 }

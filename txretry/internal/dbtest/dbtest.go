@@ -1,0 +1,95 @@
+// Package dbtest gives the adapters' real-server tests a fresh database on
+// each server whose DSN is set (TXRETRY_PG_DSN, TXRETRY_MYSQL_DSN): skipped
+// without it, failed without it under CI=true.
+package dbtest
+
+import (
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"net/url"
+	"os"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+)
+
+// Engine is one database server the tests run on.
+type Engine struct {
+	// Name is "postgres" or "mysql" (MySQL or MariaDB).
+	Name string
+	// Driver is the database/sql driver's name: "pgx" or "mysql".
+	Driver string
+	env    string
+	// fresh names database name on the server at admin: its DSN and the
+	// statement that drops it.
+	fresh func(admin, name string) (dsn, drop string, err error)
+}
+
+var engines = []Engine{
+	{Name: "postgres", env: "TXRETRY_PG_DSN", Driver: "pgx", fresh: func(admin, name string) (string, string, error) {
+		u, err := url.Parse(admin)
+		if err != nil {
+			return "", "", errors.New("TXRETRY_PG_DSN is not a URL")
+		}
+		u.Path = "/" + name
+		return u.String(), "DROP DATABASE " + name + " WITH (FORCE)", nil
+	}},
+	{Name: "mysql", env: "TXRETRY_MYSQL_DSN", Driver: "mysql", fresh: func(admin, name string) (string, string, error) {
+		cfg, err := mysql.ParseDSN(admin)
+		if err != nil {
+			return "", "", err
+		}
+		cfg.DBName = name
+		return cfg.FormatDSN(), "DROP DATABASE " + name, nil
+	}},
+}
+
+// ForEach runs test, as a subtest named by the engine, on a fresh database
+// (named prefix_ and a random suffix) of each server whose DSN is set, on a
+// pool of 10 connections, and checks that the test left none in use.
+func ForEach(t *testing.T, prefix string, test func(t *testing.T, e Engine, db *sql.DB)) {
+	for _, e := range engines {
+		t.Run(e.Name, func(t *testing.T) {
+			admin := os.Getenv(e.env)
+			if admin == "" {
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("set %s: CI runs the %s tests", e.env, e.Name)
+				}
+				t.Skipf("set %s to run the %s tests", e.env, e.Name)
+			}
+			var b [6]byte
+			_, _ = rand.Read(b[:])
+			name := prefix + "_" + hex.EncodeToString(b[:])
+			dsn, drop, err := e.fresh(admin, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			adb, err := sql.Open(e.Driver, admin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer adb.Close()
+			if _, err := adb.Exec("CREATE DATABASE " + name); err != nil {
+				t.Fatalf("create database: %v", err)
+			}
+			defer func() {
+				if _, err := adb.Exec(drop); err != nil {
+					t.Errorf("drop database: %v", err)
+				}
+			}()
+			db, err := sql.Open(e.Driver, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			db.SetMaxOpenConns(10)
+			test(t, e, db)
+			if n := db.Stats().InUse; n != 0 {
+				t.Errorf("%d connection(s) still in use", n)
+			}
+		})
+	}
+}
