@@ -21,12 +21,14 @@ MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
 #     outage tests of PgBouncer and of a failover (make test keeps the
 #     restarts of PostgreSQL through pgxpool and pgx stdlib and of MariaDB),
 #     and dbserver's tests of the standby and PgBouncer that only those use;
-#   - TXRETRY_LONG=1: the crash campaign's full count of kills and the
-#     fault campaigns' long mode.
+#     the throwaway servers' removal under signals, by dbserver and withdb
+#     (make test keeps their removal at a normal end);
+#   - TXRETRY_LONG=1: the long mode of the campaigns that have a short one
+#     (the crash campaign: 30 kills per driver path instead of 10).
 #
 # testsum names what make test leaves out under "not selected", never as
 # skipped tests.
-LONG_TESTS := ^(TestBenchAllRunners|TestRestartPgBouncer|TestFailover|TestFailoverDuringCommit|TestPrivateStandbyPromote|TestPgBouncerStopStart)$$
+LONG_TESTS := ^(TestBenchAllRunners|TestRestartPgBouncer|TestFailover|TestFailoverDuringCommit|TestPrivateStandbyPromote|TestPgBouncerStopStart|TestThrowawayGoneAfterSignal|TestThrowawayAfterKill|TestWithdbSIGTERM)$$
 LONG_PACKAGES := /engines$$
 
 # The go test commands, one per argument of testsum, run from integration/:
@@ -48,12 +50,12 @@ test:
 	GO=$(GO) $(GO) run -C integration ./cmd/withdb -- \
 		$(GO) run ./cmd/testsum -j $(TEST_JOBS) -all "make test-all" \
 			-omit "github.com/txretry/txretry/integration/engines (Galera, PgBouncer, TiDB)" \
-			-omit "the crash campaign's full count and the fault campaigns' long mode (TXRETRY_LONG=1)" \
+			-omit "the campaigns' long mode, e.g. the crash campaign's 30 kills (TXRETRY_LONG=1)" \
 			"-C ../integration $(RACE) -count=1 -skip $(LONG_TESTS) $$pkgs" $(OTHER_COMMANDS)
 
 ## test-all: make test's tests plus the long ones (CI): the engine tests with the Galera cluster,
 ## PgBouncer and TiDB of integration/cluster (a first run builds TiDB, about five minutes), txbench's
-## full matrix, every outage test, the full crash and fault campaigns (TXRETRY_LONG=1)
+## full matrix, every outage test, the campaigns' long mode (TXRETRY_LONG=1)
 test-all:
 	TXRETRY_LONG=1 GO=$(GO) $(GO) run -C integration ./cmd/withdb -cluster cluster -- \
 		$(GO) run ./cmd/testsum -j $(TEST_JOBS) \
