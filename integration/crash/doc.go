@@ -8,7 +8,8 @@
 // set), which connects through a fault proxy run by the parent; the parent
 // stalls a COMMIT's reply at the proxy to kill the child while that COMMIT
 // is in flight, and sends the child SIGKILL. Set the number of kills per
-// driver path with -crash.kills or TXRETRY_CRASH_KILLS.
+// driver path with -crash.kills or TXRETRY_CRASH_KILLS; else it is 10, or
+// 30 when TXRETRY_LONG is true (make test-all).
 //
 // The package holds tests only.
 package crash

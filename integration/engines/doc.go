@@ -9,7 +9,7 @@
 // verifier in both transaction modes).
 //
 // The servers are started by the scripts in integration/cluster, which
-// make test runs (through integration/cmd/withdb -cluster, PgBouncer in
+// make test-all runs (through integration/cmd/withdb -cluster, PgBouncer in
 // front of the PostgreSQL server the tests use) and which write the
 // environment the tests read; by hand:
 //

@@ -36,7 +36,7 @@ func requireEnv(t *testing.T, env, script string) string {
 	if v != "" {
 		return v
 	}
-	unavailable(t, fmt.Sprintf("%s is not set: make test starts integration/cluster/%s (see withdb's message for why it did not), or run it by hand and source integration/cluster/.run/env", env, script))
+	unavailable(t, fmt.Sprintf("%s is not set: make test-all starts integration/cluster/%s (see withdb's message for why it did not), or run it by hand and source integration/cluster/.run/env", env, script))
 	return ""
 }
 

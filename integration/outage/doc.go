@@ -14,7 +14,7 @@
 // TXRETRY_PG_DSN and TXRETRY_MYSQL_DSN, which must not be restarted, and
 // never a container. They need PostgreSQL's initdb, postgres and
 // pg_basebackup, MariaDB's mariadb-install-db and mariadbd (or MySQL's
-// mysqld), and pgbouncer (Debian package pgbouncer, which make test
+// mysqld), and pgbouncer (Debian package pgbouncer, which make test-all
 // installs through integration/cluster/pgbouncer.sh). A missing program
 // skips the test, or fails it when CI is true.
 //

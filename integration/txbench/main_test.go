@@ -29,19 +29,53 @@ func TestMain(m *testing.M) {
 	dbservertest.Main(m)
 }
 
-// TestBenchShortRun makes a short run of every runner on every workload and
-// driver against the test servers, in this process and spread over two child
-// processes (-procs 1,2), and checks that every consistency check passed
-// and that the reports name every runner at every spread. The workloads
-// that differ from mixed only by the fns given to txretry (mixed-mv) and
-// the oltp ones have tests of their own (method_values_test.go,
-// oltp_workload_test.go).
-func TestBenchShortRun(t *testing.T) {
+// TestBenchSmoke makes a short run of the hot workload with txretry and
+// one hand-written loop (full jitter) on each driver of the test servers,
+// in this process and spread over two child processes (-procs 1,2), and
+// checks the consistency checks and the reports: the benchmark's end to
+// end path on every driver. TestBenchAllRunners runs every runner on every
+// workload.
+func TestBenchSmoke(t *testing.T) {
+	runners := pickNamed(t, allRunners, func(r runner) string { return r.name }, "txretry", "jitter")
+	drivers := pickNamed(t, allDrivers, func(d driverSpec) string { return d.name }, "pgx", "mysql", "pgxstdlib")
+	benchShortRun(t, allWorkloads[:1], runners, drivers)
+}
+
+// TestBenchAllRunners makes a short run of every runner on every workload
+// and driver against the test servers (TiDB's from TXRETRY_TIDB_DSN), in
+// this process and spread over two child processes (-procs 1,2), and checks
+// that every consistency check passed and that the reports name every
+// runner at every spread. The workloads that differ from mixed only by the
+// fns given to txretry (mixed-mv) and the oltp ones have tests of their own
+// (method_values_test.go, oltp_workload_test.go). About seven minutes under
+// -race on two cores: make test leaves it to make test-all.
+func TestBenchAllRunners(t *testing.T) {
 	workloads := slices.DeleteFunc(slices.Clone(allWorkloads), func(w workloadSpec) bool { return w.oltp || w.methodValues })
 	if testing.Short() {
 		workloads = allWorkloads[:1]
 	}
-	for _, d := range allDrivers {
+	benchShortRun(t, workloads, allRunners, allDrivers)
+}
+
+// pickNamed returns the elements of all with the given names, in that order.
+func pickNamed[T any](t *testing.T, all []T, name func(T) string, names ...string) []T {
+	t.Helper()
+	var out []T
+	for _, n := range names {
+		v, ok := find(all, func(x T) bool { return name(x) == n })
+		if !ok {
+			t.Fatalf("no %q", n)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// benchShortRun runs each of runners on each of workloads for 300 ms per
+// cell at 1 and 2 processes, one subtest per driver, and checks the
+// results and both report formats.
+func benchShortRun(t *testing.T, workloads []workloadSpec, runners []runner, drivers []driverSpec) {
+	for _, d := range drivers {
 		t.Run(d.name, func(t *testing.T) {
 			cfg := &config{
 				workers:   4,
@@ -50,7 +84,7 @@ func TestBenchShortRun(t *testing.T) {
 				deadline:  time.Second,
 				repeat:    1,
 				workloads: workloads,
-				runners:   allRunners,
+				runners:   runners,
 				drivers:   []driverSpec{d},
 				seed:      1,
 				format:    "table",
@@ -114,7 +148,7 @@ func TestBenchShortRun(t *testing.T) {
 				t.Errorf("TSV has %d lines, want %d", len(tsvLines), want)
 			}
 			for _, w := range workloads {
-				for _, r := range allRunners {
+				for _, r := range runners {
 					if !hasRow(table.String(), "== "+w.name+" / "+d.name, r.name+" ") {
 						t.Errorf("table has no row for %s / %s", w.name, r.name)
 					}

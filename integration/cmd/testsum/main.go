@@ -1,30 +1,41 @@
 // Command testsum runs go test over several modules and ends with one line
 // of totals over all of them, "N passed, N failed, N skipped", followed by
-// every skipped test with its reason, so that a skip is never silent. With
-// CI set to a true value, any skipped test fails the run.
+// every skipped test with its reason, so that a skip is never silent, and
+// by what the run left out on purpose. With CI set to a true value, any
+// skipped test fails the run.
 //
 // Each argument is one go test command line, without "go test", split at
 // spaces; testsum adds -json and reads the events:
 //
-//	testsum "-C .. -race -count=1 ./..." "-C ../examples -count=1 ./..."
+//	testsum [-j n] [-omit text]... [-all target] "-C .. -race -count=1 ./..." "-C ../examples -count=1 ./..."
 //
-// It prints one line per package (ok, FAIL, or no test files), the output
-// of each failed test, and the totals. It exits with 1 when a test or a
-// build failed, a go test command failed without saying why, or, under CI,
-// a test was skipped. It is a development tool of txretry, not a public
-// API. Why not gotestsum: it would be one more module to download, and its
-// summary covers one go test command, where make test runs one per module.
+// It runs up to n commands at once (-j, default 1), started in the order
+// given. It prints one line per package (ok, FAIL, or no test files) with
+// its time, each command's time when it ends, the output of each failed
+// test, and the totals. Tests left out of the run are never counted as
+// skipped: after the totals, testsum names them under "not selected", each
+// -skip pattern of a command and each -omit text (a package the commands
+// leave out, say), with the target that runs them (-all).
+//
+// It exits with 1 when a test or a build failed, a go test command failed
+// without saying why, or, under CI, a test was skipped. It is a development
+// tool of txretry, not a public API. Why not gotestsum: it would be one
+// more module to download, and its summary covers one go test command,
+// where make test runs one per module.
 package main
 
 import (
 	"bufio"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -55,8 +66,10 @@ type result struct {
 	output    []string
 }
 
-// summary gathers the results of every go test command.
+// summary gathers the results of every go test command. Its methods are
+// called under mu: the commands run concurrently.
 type summary struct {
+	mu                      sync.Mutex
 	w                       io.Writer
 	passed, failed, skipped []result
 	// output is each running test's output, by package and test.
@@ -68,45 +81,138 @@ type summary struct {
 	testFailedIn map[string]bool
 }
 
+// multiFlag is a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ", ") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
 func run(args []string, stdout, stderr io.Writer, ci bool) int {
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, `usage: testsum "go test arguments" ...`)
+	fs := flag.NewFlagSet("testsum", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	jobs := fs.Int("j", 1, "run up to `n` go test commands at once")
+	all := fs.String("all", "", "the `target` that runs what this run leaves out, named in the closing lines")
+	var omitted multiFlag
+	fs.Var(&omitted, "omit", "name `text` (say, a package left out) under \"not selected\" in the closing lines; repeatable")
+	// The go test commands start with "-" too ("-C .. ./..."): the flags
+	// of testsum are the leading arguments that name one of them.
+	n := 0
+	for n < len(args) {
+		name, _, hasValue := strings.Cut(strings.TrimPrefix(args[n], "-"), "=")
+		if !strings.HasPrefix(args[n], "-") || fs.Lookup(name) == nil {
+			break
+		}
+		n++
+		if !hasValue {
+			n++
+		}
+	}
+	if err := fs.Parse(args[:min(n, len(args))]); err != nil {
+		return 2
+	}
+	cmds := args[min(n, len(args)):]
+	if len(cmds) == 0 || *jobs < 1 {
+		fmt.Fprintln(stderr, `usage: testsum [-j n] [-omit text]... [-all target] "go test arguments" ...`)
 		return 2
 	}
 	s := &summary{w: stdout, output: map[string][]string{}, testFailedIn: map[string]bool{}}
+	// The commands' standard errors are copied by goroutines of their own.
+	stderr = &lockedWriter{w: stderr}
 	start := time.Now()
-	cmdFailed := false
-	for _, a := range args {
-		fields := strings.Fields(a)
-		// -C must come first.
-		var cmdArgs []string
-		if len(fields) >= 2 && fields[0] == "-C" {
-			cmdArgs = append(cmdArgs, "test", "-C", fields[1], "-json")
-			fields = fields[2:]
-		} else {
-			cmdArgs = append(cmdArgs, "test", "-json")
+	var (
+		wg        sync.WaitGroup
+		cmdFailed atomic.Bool
+		slots     = make(chan struct{}, *jobs)
+	)
+	for _, a := range cmds {
+		cmdArgs := goTestArgs(a)
+		skip, _ := flagValue(cmdArgs, "-skip")
+		if skip != "" {
+			dir, _ := flagValue(cmdArgs, "-C")
+			omitted = append(omitted, fmt.Sprintf("tests matching -skip %s in %s", skip, dir))
 		}
-		cmdArgs = append(cmdArgs, fields...)
-		fmt.Fprintf(stdout, "== go %s\n", strings.Join(cmdArgs, " "))
-		failedBefore := len(s.failed) + len(s.pkgFailed)
-		cmd := exec.Command(goCommand(), cmdArgs...)
-		cmd.Stderr = stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			if !s.runCommand(cmdArgs, stderr) {
+				cmdFailed.Store(true)
+			}
+		}()
+	}
+	wg.Wait()
+	return s.report(time.Since(start), ci, cmdFailed.Load(), omitted, *all)
+}
+
+// goTestArgs returns the go command's arguments for one argument of
+// testsum: test, -C and its directory first if given, -json, the rest.
+func goTestArgs(a string) []string {
+	fields := strings.Fields(a)
+	// -C must come first.
+	if len(fields) >= 2 && fields[0] == "-C" {
+		return append([]string{"test", "-C", fields[1], "-json"}, fields[2:]...)
+	}
+	return append([]string{"test", "-json"}, fields...)
+}
+
+// flagValue returns the value of the flag name (given as "-name value" or
+// "-name=value") in args.
+func flagValue(args []string, name string) (string, bool) {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			return args[i+1], true
 		}
-		if err := cmd.Start(); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
-		s.read(out)
-		if err := cmd.Wait(); err != nil && len(s.failed)+len(s.pkgFailed) == failedBefore {
-			fmt.Fprintf(stdout, "FAIL: go %s: %v\n", strings.Join(cmdArgs, " "), err)
-			cmdFailed = true
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v, true
 		}
 	}
-	return s.report(time.Since(start), ci, cmdFailed)
+	return "", false
+}
+
+// runCommand runs one go test command and reads its events; it returns
+// false when the command failed without a failed test or package to say
+// why.
+func (s *summary) runCommand(cmdArgs []string, stderr io.Writer) bool {
+	line := "go " + strings.Join(cmdArgs, " ")
+	s.printf("== %s\n", line)
+	start := time.Now()
+	cmd := exec.Command(goCommand(), cmdArgs...)
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		s.printf("FAIL: %s: %v\n", line, err)
+		return false
+	}
+	failures := s.read(out)
+	err = cmd.Wait()
+	s.printf("== done in %s: %s\n", time.Since(start).Round(time.Second), line)
+	if err != nil && failures == 0 {
+		s.printf("FAIL: %s: %v\n", line, err)
+		return false
+	}
+	return true
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// printf writes to the output under s.mu.
+func (s *summary) printf(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprintf(s.w, format, args...)
 }
 
 // goCommand returns the go command to run: $GO, else go.
@@ -117,19 +223,27 @@ func goCommand() string {
 	return "go"
 }
 
-// read consumes one go test -json stream.
-func (s *summary) read(r io.Reader) {
+// read consumes one go test -json stream and returns the number of tests
+// and packages that failed in it.
+func (s *summary) read(r io.Reader) int {
+	failures := 0
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
 		var e event
 		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
-			fmt.Fprintf(s.w, "%s\n", line)
+			s.printf("%s\n", line)
 			continue
 		}
+		if e.Action == "fail" {
+			failures++
+		}
+		s.mu.Lock()
 		s.handle(e)
+		s.mu.Unlock()
 	}
+	return failures
 }
 
 // handle records one event.
@@ -182,9 +296,9 @@ func (s *summary) packageDone(e event, r result) {
 	}
 }
 
-// report prints the totals and the skipped tests, and returns the exit
-// status.
-func (s *summary) report(d time.Duration, ci, cmdFailed bool) int {
+// report prints the totals, the skipped tests and what the run left out
+// (omitted, run by target all), and returns the exit status.
+func (s *summary) report(d time.Duration, ci, cmdFailed bool, omitted []string, all string) int {
 	failed := len(s.failed) + len(s.pkgFailed)
 	fmt.Fprintf(s.w, "\n== totals (%s)\n", d.Round(time.Second))
 	for _, r := range append(s.pkgFailed, s.failed...) {
@@ -193,6 +307,16 @@ func (s *summary) report(d time.Duration, ci, cmdFailed bool) int {
 	fmt.Fprintf(s.w, "%d passed, %d failed, %d skipped\n", len(s.passed), failed, len(s.skipped))
 	for _, r := range s.skipped {
 		fmt.Fprintf(s.w, "  skipped %s %s: %s\n", r.pkg, r.test, skipReason(r.output))
+	}
+	if len(omitted) > 0 {
+		where := ""
+		if all != "" {
+			where = ", run by " + all
+		}
+		fmt.Fprintf(s.w, "not selected (not counted above%s):\n", where)
+		for _, o := range omitted {
+			fmt.Fprintf(s.w, "  %s\n", o)
+		}
 	}
 	switch {
 	case failed > 0 || cmdFailed:

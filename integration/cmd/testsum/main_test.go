@@ -72,3 +72,37 @@ func writeFile(t *testing.T, path, text string) {
 		t.Fatal(err)
 	}
 }
+
+// TestNotSelected runs two commands at once (-j 2), one with a -skip
+// pattern, and checks that the test left out counts nowhere in the totals
+// and is named, with the -omit text, under "not selected".
+func TestNotSelected(t *testing.T) {
+	var out, stderr bytes.Buffer
+	got := run([]string{"-j", "2", "-omit", "example.com/other: needs a cluster", "-all", "make test-all",
+		"-C testdata/sample -count=1 -skip ^TestSkip$ ./...",
+		"-C testdata/sample -count=1 -run ^TestPass$ ./..."}, &out, &stderr, true)
+	wantLast := []string{
+		"5 passed, 0 failed, 0 skipped",
+		"not selected (not counted above, run by make test-all):",
+		"  example.com/other: needs a cluster",
+		"  tests matching -skip ^TestSkip$ in testdata/sample",
+	}
+	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	if got != 0 || len(lines) < len(wantLast) ||
+		strings.Join(lines[len(lines)-len(wantLast):], "\n") != strings.Join(wantLast, "\n") {
+		t.Errorf("run = %d, want 0; output ends\n%s\nwant it to end\n%s", got, out.String(), strings.Join(wantLast, "\n"))
+	}
+	if n := strings.Count(out.String(), "== done in "); n != 2 {
+		t.Errorf("%d commands reported done, want 2:\n%s", n, out.String())
+	}
+}
+
+// TestUsage checks that bad arguments are an error, not a panic.
+func TestUsage(t *testing.T) {
+	for _, args := range [][]string{nil, {"-j", "0", "./..."}, {"-j", "x"}} {
+		var out, stderr bytes.Buffer
+		if got := run(args, &out, &stderr, false); got != 2 {
+			t.Errorf("run(%q) = %d, want 2", args, got)
+		}
+	}
+}

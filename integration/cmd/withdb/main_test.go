@@ -39,25 +39,17 @@ func withdb(bin string, env []string, args ...string) *exec.Cmd {
 // TestWithdb checks that the command gets the DSNs of servers withdb
 // started, that its exit status is withdb's, that a set-but-dead DSN stops
 // withdb before the command runs, and that the throwaway servers are gone
-// afterwards, SIGTERM included.
+// afterwards.
 func TestWithdb(t *testing.T) {
 	bin := buildWithdb(t)
-	// The directories of the throwaway servers withdb started, from its
-	// messages (other test binaries may start some of their own meanwhile).
-	var started []string
-	defer func() {
-		if len(started) == 0 {
-			t.Error("withdb started no throwaway server")
-		}
-		checkGone(t, started)
-	}()
+	started := checkStartedGone(t)
 
 	t.Run("exports the DSNs and returns the command's status", func(t *testing.T) {
 		var out, stderr bytes.Buffer
 		cmd := withdb(bin, nil, "--", "sh", "-c", `echo "pg=$TXRETRY_PG_DSN"; echo "my=$TXRETRY_MYSQL_DSN"; exit 7`)
 		cmd.Stdout, cmd.Stderr = &out, &stderr
 		err := cmd.Run()
-		started = append(started, dirsIn(stderr.String())...)
+		*started = append(*started, dirsIn(stderr.String())...)
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
 			t.Errorf("withdb: %v, want exit status 7\n%s", err, stderr.String())
 		}
@@ -84,31 +76,52 @@ func TestWithdb(t *testing.T) {
 			t.Errorf("stdout %q, stderr %q: want the command not run and the reason", out.String(), stderr.String())
 		}
 	})
+}
 
-	t.Run("SIGTERM reaches the command and the servers stop", func(t *testing.T) {
-		var stderr bytes.Buffer
-		cmd := withdb(bin, nil, "--", "sh", "-c", `trap 'exit 5' TERM; echo ready; while :; do sleep 0.1; done`)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
+// TestWithdbSIGTERM checks that SIGTERM reaches the command, that withdb
+// exits with the command's status, and that the throwaway servers are gone
+// afterwards. make test leaves it to make test-all, with dbserver's own
+// tests of signals.
+func TestWithdbSIGTERM(t *testing.T) {
+	bin := buildWithdb(t)
+	started := checkStartedGone(t)
+	var stderr bytes.Buffer
+	cmd := withdb(bin, nil, "--", "sh", "-c", `trap 'exit 5' TERM; echo ready; while :; do sleep 0.1; done`)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 6)
+	if _, err := out.Read(buf); err != nil || string(buf) != "ready\n" {
+		t.Fatalf("read %q, %v\n%s", buf, err, stderr.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	*started = append(*started, dirsIn(stderr.String())...)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 5 {
+		t.Errorf("withdb: %v, want the command's exit status 5\n%s", err, stderr.String())
+	}
+}
+
+// checkStartedGone returns where to record the directories of the
+// throwaway servers withdb started, from its messages (other test binaries
+// may start some of their own meanwhile), and checks when t ends that
+// there is one at least and that all are gone.
+func checkStartedGone(t *testing.T) *[]string {
+	started := new([]string)
+	t.Cleanup(func() {
+		if len(*started) == 0 {
+			t.Error("withdb started no throwaway server")
 		}
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 6)
-		if _, err := out.Read(buf); err != nil || string(buf) != "ready\n" {
-			t.Fatalf("read %q, %v\n%s", buf, err, stderr.String())
-		}
-		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		err = cmd.Wait()
-		started = append(started, dirsIn(stderr.String())...)
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 5 {
-			t.Errorf("withdb: %v, want the command's exit status 5\n%s", err, stderr.String())
-		}
+		checkGone(t, *started)
 	})
+	return started
 }
 
 // dirRE matches the directory in dbserver's "starting a throwaway" message.
