@@ -146,6 +146,8 @@ type call struct {
 
 	// hooks are AfterCommit's, of the last attempt whose fn returned nil.
 	hooks *afterCommit
+
+	commitLost bool // txretrytest reported a COMMIT of the call lost (see commit)
 }
 
 type resultKind uint8
@@ -454,6 +456,9 @@ func (c *call) transaction(ctx context.Context, n int) result {
 		}
 	}()
 	err = c.a.call(fnCtx, tx)
+	if err == nil {
+		err = injectedConflict(ctx, n) // txretrytest's, nil outside tests
+	}
 	finished = true
 	c.hooks = val.after.end(err == nil)
 	if err != nil {
@@ -475,7 +480,7 @@ func (c *call) transaction(ctx context.Context, n int) result {
 			return c.classify(err, opts)
 		}
 	}
-	err = tx.Commit(ctx, cfg.commitTimeout)
+	err = c.commit(ctx, tx)
 	if err == nil {
 		return result{kind: resCommitted}
 	}
