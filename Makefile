@@ -3,7 +3,7 @@ GO ?= go
 RACE ?= -race
 # Nested modules: each has its own go.mod so that library users never get
 # their dependencies (testcontainers, OpenTelemetry, sqlx, GORM, bun) in their module graph.
-MODULES := $(patsubst %/go.mod,%,$(wildcard integration/go.mod examples/go.mod txretry/otelretry/go.mod txretry/sqlxretry/go.mod txretry/gormretry/go.mod txretry/bunretry/go.mod))
+MODULES := $(patsubst %/go.mod,%,$(wildcard integration/go.mod examples/go.mod txretry/otelretry/go.mod txretry/sqlxretry/go.mod txretry/gormretry/go.mod txretry/bunretry/go.mod txretry/txretryvet/go.mod))
 
 PG_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
@@ -73,11 +73,15 @@ modules:
 integration:
 	cd integration && $(GO) test $(RACE) -count=1 ./...
 
-## lint: gofmt and go vet over every module
+## lint: gofmt and go vet over every module, then txretryvet (txretry/txretryvet) over the examples
+## and the integration code (txbench included)
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+	@set -e; dir=$$(mktemp -d); trap 'rm -r "$$dir"' EXIT; \
+		$(GO) build -C txretry/txretryvet -o "$$dir/txretryvet" ./cmd/txretryvet; \
+		for m in examples integration; do echo "txretryvet $$m"; (cd $$m && $(GO) vet -vettool="$$dir/txretryvet" ./...); done
 
 ## generate: regenerate the repository example's sqlc code and its sum (needs sqlc v1.31.1 on PATH, or SQLC=/path/to/sqlc)
 .PHONY: generate

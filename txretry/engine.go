@@ -185,6 +185,8 @@ type call struct {
 	// hooks are AfterCommit's, of the last attempt whose fn returned nil.
 	hooks *afterCommit
 	last  error // the last failed attempt's error
+
+	commitLost bool // txretrytest reported a COMMIT of the call lost (see commit)
 }
 
 type resultKind uint8
@@ -564,6 +566,9 @@ func (c *call) transaction(ctx context.Context, n int) result {
 		}
 	}()
 	err = c.a.call(fnCtx, tx)
+	if err == nil {
+		err = injectedConflict(ctx, n) // txretrytest's, nil outside tests
+	}
 	finished = true
 	c.hooks = val.after.end(err == nil)
 	if err != nil {
@@ -585,7 +590,7 @@ func (c *call) transaction(ctx context.Context, n int) result {
 			return c.classify(err, opts)
 		}
 	}
-	err = tx.Commit(ctx, cfg.commitTimeout)
+	err = c.commit(ctx, tx)
 	if err == nil {
 		return result{kind: resCommitted}
 	}

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"testing"
-	"time"
 
 	"github.com/txretry/txretry/integration/dbserver"
 	"github.com/txretry/txretry/integration/dbserver/dbservertest"
@@ -34,16 +31,7 @@ func TestPublishedOncePerCommittedOrder(t *testing.T) {
 // testPublishedOnce is one run of TestPublishedOncePerCommittedOrder.
 func testPublishedOnce(t *testing.T, ns dbserver.Namespace, d driver) {
 	// 48 orders of 2 units on average for 50 in stock: some are refused.
-	o, err := parseFlags([]string{"-customers", "8", "-orders", "6", "-stock", "50"}, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rep, err := demo(ctx, ns, d, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := runDemo(t, ns, d, "-customers", "8", "-orders", "6", "-stock", "50")
 
 	failed := 0
 	for _, n := range rep.failed {

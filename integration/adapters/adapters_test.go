@@ -207,19 +207,7 @@ func TestLostCommit(t *testing.T) {
 	forEach(t, func(t *testing.T, s *subject) {
 		ddl, _ := txretry.CommitMarkerDDL(markerTable)
 		s.setup(t, "CREATE TABLE effects (id VARCHAR(64) NOT NULL)", ddl)
-		verifiers := map[string]func(id string) txretry.Option{
-			"callback": func(id string) txretry.Option {
-				return txretry.WithVerify(func(ctx context.Context) (bool, error) {
-					var n int
-					err := s.direct.QueryRowContext(ctx, rebind(s, "SELECT COUNT(*) FROM effects WHERE id = ?"), id).Scan(&n)
-					return n > 0, err
-				})
-			},
-			"commit-marker": func(string) txretry.Option { return txretry.WithCommitMarker(markerTable) },
-		}
-		if s.pg {
-			verifiers["xact-status"] = func(string) txretry.Option { return txretry.WithXactStatusVerification() }
-		}
+		verifiers := effectVerifiers(s)
 		for _, fault := range []faultproxy.Fault{faultproxy.DropBeforeCommit, faultproxy.DropAfterCommit} {
 			committed := fault == faultproxy.DropAfterCommit
 			for _, v := range []string{"none", "callback", "commit-marker", "xact-status"} {
@@ -253,6 +241,25 @@ func TestLostCommit(t *testing.T) {
 			}
 		}
 	})
+}
+
+// effectVerifiers are the verifiers of the lost-commit tests by name,
+// each given the id of the row of table effects that the call inserts.
+func effectVerifiers(s *subject) map[string]func(id string) txretry.Option {
+	verifiers := map[string]func(id string) txretry.Option{
+		"callback": func(id string) txretry.Option {
+			return txretry.WithVerify(func(ctx context.Context) (bool, error) {
+				var n int
+				err := s.direct.QueryRowContext(ctx, rebind(s, "SELECT COUNT(*) FROM effects WHERE id = ?"), id).Scan(&n)
+				return n > 0, err
+			})
+		},
+		"commit-marker": func(string) txretry.Option { return txretry.WithCommitMarker(markerTable) },
+	}
+	if s.pg {
+		verifiers["xact-status"] = func(string) txretry.Option { return txretry.WithXactStatusVerification() }
+	}
+	return verifiers
 }
 
 func b2i(b bool) int64 {

@@ -62,6 +62,7 @@ func TestGaleraConnectionKilledDuringCommit(t *testing.T) {
 				return err
 			}
 		}
+		//txretryvet:ok the fault under test: kill this connection while it commits
 		go func() { killed <- killWhenCertifying(ctx, g.dbs[0], id) }()
 		return nil
 	})

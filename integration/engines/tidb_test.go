@@ -455,6 +455,7 @@ func TestTiDBSchemaChanged(t *testing.T) {
 					if txretry.Attempt(ctx) == 1 {
 						// Another session changes the table's definition.
 						col := fmt.Sprintf("c%d_%d", len(mode.name), column.Add(1))
+						//txretryvet:ok the rival session whose DDL the attempt must lose to
 						if _, err := d.admin.ExecContext(ctx, "ALTER TABLE counters ADD COLUMN "+col+" INT"); err != nil {
 							return fmt.Errorf("concurrent DDL: %w", err)
 						}
