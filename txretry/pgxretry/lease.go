@@ -23,7 +23,7 @@ func (a adapter) Lease(ctx context.Context, key string) (func(), error) {
 	return dblock.Lock(ctx, dblock.Postgres, key, func(ctx context.Context, q string) (n int64, err error) {
 		err = tx.QueryRow(ctx, q).Scan(&n)
 		return n, err
-	}, func() { // pgx closes a connection whose rollback fails
+	}, func(bool) { // pgx closes a connection whose rollback fails; the lock is the transaction's
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = tx.Rollback(ctx)

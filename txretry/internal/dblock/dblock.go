@@ -68,11 +68,12 @@ var ErrNoLease = errors.New("txretry: no lease on this handle")
 
 // Lock takes the exclusive lock of key, waiting no longer than ctx, in a
 // transaction on a connection of its own: query runs a statement of the
-// transaction whose result is one integer, end rolls it back and gives the
-// connection back (one that fails to roll back leaves its pool, which ends
-// its session and what it held). The lock's release, like a failure, gives
-// the lock back and calls end (MySQL's session lock first, by RELEASE_LOCK).
-func Lock(ctx context.Context, d Dialect, key string, query func(context.Context, string) (int64, error), end func()) (release func(), err error) {
+// transaction whose result is one integer; end rolls it back and gives the
+// connection back, ending its session unless ok (the session may hold the
+// lock: a failed or cut wait, or a failed RELEASE_LOCK). The lock's
+// release, like a failure, gives the lock back and calls end (MySQL's
+// session lock first, by RELEASE_LOCK, bounded like a COMMIT).
+func Lock(ctx context.Context, d Dialect, key string, query func(context.Context, string) (int64, error), end func(ok bool)) (release func(), err error) {
 	id := id(key)
 	deadline, _ := ctx.Deadline()
 	got, err := query(ctx, lockQuery(d, id, deadline, time.Now()))
@@ -80,19 +81,22 @@ func Lock(ctx context.Context, d Dialect, key string, query func(context.Context
 	case err != nil && ctx.Err() != nil:
 		err = context.Cause(ctx)
 	case err == nil && got != 1: // GET_LOCK's timeout, which is ctx's deadline
-		err = fmt.Errorf("txretry: waiting for a database lock: %w", context.DeadlineExceeded)
+		end(true)
+		return nil, fmt.Errorf("txretry: waiting for a database lock: %w", context.DeadlineExceeded)
 	}
 	if err != nil {
-		end()
+		end(false)
 		return nil, err
 	}
 	return func() {
-		if d == MySQL { // bounded like a COMMIT (txretry.DefaultCommitTimeout)
+		ok := true
+		if d == MySQL {
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, _ = query(rctx, "SELECT COALESCE(RELEASE_LOCK('"+name(id)+"'), 0)")
+			_, err := query(rctx, "SELECT COALESCE(RELEASE_LOCK('"+name(id)+"'), 0)")
 			cancel()
+			ok = err == nil
 		}
-		end()
+		end(ok)
 	}, nil
 }
 
