@@ -18,33 +18,38 @@ import (
 //
 // It keeps one conflict domain per WithLabel name or, without a label, per
 // place in the source where fn was written (told by AdapterFunc). An open
-// domain's attempts go straight to the database. Once more than a quarter of
-// its recent attempts conflict, it closes a FIFO gate: its attempts queue
-// in the order their calls arrived, a retry keeping its call's place, one
-// at a time at first, widening while they commit, until the gate opens
-// again at the manager's width. A caller waits before BEGIN, never while
-// it holds a transaction, and a nested call does not queue again.
+// domain's attempts go straight to the database. Its first conflict closes
+// a FIFO gate as wide as the most attempts it has had in at once: its
+// attempts queue in the order their calls arrived, a retry keeping its
+// call's place. The gate's width then follows the domain's goodput
+// (commits per second), measured width against width, and the gate opens
+// again once nobody queues and few attempts conflict, or at the manager's
+// width. A caller waits before BEGIN, never while it holds a transaction,
+// and a nested call does not queue again.
 //
-// A conflict of an attempt that ran alone in its gate came from another
-// process: the caller pauses in its place (up to 100 ms), and where the
-// adapter is an AdapterLease the domain's attempts run in turns under a
-// database lock (pg_advisory_xact_lock or GET_LOCK, named by a hash of the
-// domain, in a transaction of its own) until its gate opens. A pool with
-// no connection to spare leaves it paced only.
+// A conflict of an attempt that no other attempt of the manager
+// overlapped came from another process: the caller pauses in its place
+// (up to 100 ms), and where the adapter is an AdapterLease the domain's
+// attempts run in turns under a database lock (pg_advisory_xact_lock or
+// GET_LOCK, named by a hash of the domain, in a transaction of its own)
+// until its gate opens. A pool with no connection to spare leaves it paced
+// only.
 //
 // Waiting honours the call's context and time budget; the gate's stall,
-// pace and lease run on real time, whatever WithClock says.
+// pace and lease run on real time, its goodput on the calls' clock.
 //
 // A ContentionManager is safe for concurrent use, and its zero value is
 // ready to use, like NewContentionManager(0). By default each database
-// handle has its own (see ManagerFor). The design, and the figures behind
-// its constants, are in contention.md.
+// handle has its own (see ManagerFor). The design, and the reasons for its
+// constants, are in contention.md.
 type ContentionManager struct {
 	max     int      // a gate this wide opens; 0: DefaultContentionWidth
 	domains sync.Map // domainKey → *cmDomain
 	count   atomic.Int32
 	// when an attempt last showed lock waits worth ending (noteAttempt)
 	lockWaitAt atomic.Int64 // Unix nanoseconds; 0: never
+	running    atomic.Int32 // attempts admitted through a gate and in, in every domain
+	starts     atomic.Uint64
 }
 
 // DefaultContentionWidth is the width at which a gate of a manager made by
