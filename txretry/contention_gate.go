@@ -1,9 +1,5 @@
 package txretry
 
-// A conflict domain's gate: when it closes, how it admits, and the pace
-// and the lease after conflicts with other processes. Its width is the
-// controller's (contention_control.go). See contention.md.
-
 import (
 	"context"
 	"slices"
@@ -12,54 +8,49 @@ import (
 	"time"
 )
 
-// The gate's tuning; contention.md gives the reason for each.
 const (
-	cmStall = 2 * cmMaxPace // a gate that admits nobody this long widens by one
-
+	cmStall        = 2 * cmMaxPace          // a gate that admits nobody this long widens by one
 	cmMinPace      = 500 * time.Microsecond // a pace doubles from here...
 	cmMaxPace      = 100 * time.Millisecond // ...up to here
 	cmPacePatience = 200 * time.Millisecond // a call this old no longer pauses
 	cmPaceDecay    = 0.9                    // a lone commit keeps this much of the pace
+	cmLeaseTurn    = 10 * time.Millisecond  // no new attempt starts under a lease this old
+	cmLeaseWait    = 250 * time.Millisecond // longest wait for a lease
+	cmLeaseRest    = time.Second            // how long a domain goes without, after no lease
+	cmWindow       = 16                     // ends in a window, plus two per unit of width
+	cmGain         = 1.0 / 8                // a probe's goodput must beat its base's by this share
+	cmRare         = 4                      // a window where nobody queued and at most 1 in cmRare conflicted opens the gate
+	cmMaxHold      = 15                     // windows at the base between probes, at most
 )
 
-// arrivals numbers calls at their first wait at a gate: a retry goes
-// before every call that arrived after its own.
+// arrivals numbers calls at their first wait at a gate.
 var arrivals atomic.Uint64
 
 // cmDomain is one conflict domain of a manager, under its mutex.
 type cmDomain struct {
-	mu     sync.Mutex
-	width  int       // attempts in at once; 0: the gate is open, they go straight in
-	inUse  int       // attempts in, and callers pausing in their place
-	peak   int       // the most attempts in at once while open: the width the gate closes at
-	queue  []*cmTurn // waiting, by arrival
-	admits uint64    // attempts admitted through the gate
-	ctl    cmControl // finds the width
-	pace   time.Duration
-	lease  cmLease
-	// foreign: an attempt without a lease met another process since the
-	// gate closed; the gate stays at width 1.
-	foreign bool
+	mu      sync.Mutex
+	width   int       // attempts in at once; 0: the gate is open
+	inUse   int       // attempts in, and callers pausing in their place
+	peak    int       // the most attempts in at once while open
+	queue   []*cmTurn // waiting, by arrival
+	admits  uint64    // attempts admitted through the gate
+	ctl     cmControl // finds the width
+	pace    time.Duration
+	foreign bool // paced only, it met another process since the gate closed: width 1
+	lease   cmLease
 }
 
-// admission is a call's standing with its manager, in its domain. The
-// call's loop uses only these three methods.
+// admission is all the call's loop uses of its manager: enter waits within
+// ctx and limit (real time; negative: none); done returns a pause to take
+// in the call's place and whether the manager spaces the next attempt
+// (else the backoff does); cancel gives back what the call holds.
 type admission interface {
-	// enter waits until the call's next attempt may begin, or ctx ends,
-	// or limit (real time; negative: none) passes; waited says whether
-	// the call queued.
 	enter(ctx context.Context, limit time.Duration) (waited bool, err error)
-	// done leaves after an attempt. It returns a pause that the call
-	// takes in its place before entering again (0: none), and whether
-	// the manager spaces the next attempt (if not, the backoff does).
 	done(conflict bool, now time.Time) (pause time.Duration, spaced bool)
-	// cancel gives back what the call holds: an admission whose attempt
-	// does not run, or its place during a pause. Afterwards it is a no-op.
 	cancel()
 }
 
-// cmTurn is a call's standing in a domain: one call's, under the domain's
-// mutex while it queues.
+// cmTurn is a call's standing in its domain.
 type cmTurn struct {
 	m       *ContentionManager
 	d       *cmDomain
@@ -69,12 +60,11 @@ type cmTurn struct {
 	rand    func() float64
 	arrival uint64        // 0 until the call first waits
 	ready   chan struct{} // closed when the gate admits it from the queue
-	admit   uint64        // the domain's admits when this attempt entered; 0: it went straight in
-	started uint64        // the manager's starts when this attempt entered
-	alone   bool          // no other gated attempt of the manager was in when this one entered
-	running bool          // the attempt counts in the manager's running
+	admit   uint64        // d.admits when this attempt entered; 0: straight in
+	started uint64        // the manager's starts when it entered; 0: not running
+	alone   bool          // no other gated attempt of the manager was in then
 	held    bool          // the call holds a place (an attempt, or a pause)
-	leased  bool          // the attempt runs under the domain's lease
+	leased  bool          // the attempt runs under the lease
 }
 
 func (t *cmTurn) enter(ctx context.Context, limit time.Duration) (bool, error) {
@@ -85,16 +75,16 @@ func (t *cmTurn) enter(ctx context.Context, limit time.Duration) (bool, error) {
 	}
 	waited, err := t.admitted(ctx)
 	if err == nil && t.admit != 0 && t.lease != nil {
-		var w bool
-		if t.leased, w, err = t.d.lease.join(ctx, t.takeLease); err != nil {
+		take := func(ctx context.Context) (func(), error) { return t.lease.Lease(ctx, "\x00domain\x00"+t.key) }
+		if t.leased, waited, err = t.d.lease.join(ctx, take, waited); err != nil {
 			t.cancel()
 		}
-		waited = waited || w
 	}
 	return waited, err
 }
 
-// admitted waits for a place in the gate, or goes straight in.
+// admitted waits for a place in the gate, or goes straight in; a gate that
+// stood still while t headed its queue widens by one.
 func (t *cmTurn) admitted(ctx context.Context) (bool, error) {
 	d := t.d
 	d.mu.Lock()
@@ -102,40 +92,29 @@ func (t *cmTurn) admitted(ctx context.Context) (bool, error) {
 		d.mu.Unlock()
 		return false, nil
 	}
-	mark := d.admits
-	d.mu.Unlock()
-	stall := time.NewTimer(cmStall)
-	defer stall.Stop()
-	for {
+	for mark := d.admits; ; mark = d.admits {
+		d.mu.Unlock()
 		select {
 		case <-t.ready:
 			return true, nil
 		case <-ctx.Done():
 			t.cancel()
 			return true, context.Cause(ctx)
-		case <-stall.C:
-			d.mu.Lock()
-			if d.admits == mark && d.width > 0 && len(d.queue) > 0 && d.queue[0] == t {
-				// Stood still: the attempts inside may wait for the
-				// callers outside.
-				d.setWidthLocked(d.width+1, true, t.m.maxWidth())
-				d.grantLocked()
-			}
-			mark = d.admits
-			d.mu.Unlock()
-			stall.Reset(cmStall)
+		case <-time.After(cmStall):
+		}
+		d.mu.Lock()
+		if d.admits == mark && d.width > 0 && len(d.queue) > 0 && d.queue[0] == t {
+			d.setWidthLocked(d.width+1, true, t.m.maxWidth())
+			d.grantLocked()
 		}
 	}
 }
 
-// join reports whether t is in at once: it kept its place through a
-// pause, or its domain is open (straight in), or its gate has room and
-// nobody waits. Otherwise it queues t by its call's arrival (numbered at
-// its first entry into a closed gate).
+// join reports whether t is in at once, else queues it by arrival.
 func (t *cmTurn) join() bool {
 	d := t.d
 	switch {
-	case t.held: // kept its place through a pause
+	case t.held:
 		d.inUse--
 		d.enterLocked(t)
 	case d.width == 0:
@@ -162,32 +141,21 @@ func (t *cmTurn) join() bool {
 	return true
 }
 
-// start counts t's attempt, admitted through a gate, in its manager's
-// running attempts: an attempt of an open domain does not conflict often
-// enough to be another's cause.
-func (t *cmTurn) start() {
-	t.started = t.m.starts.Add(1)
-	t.alone = t.m.running.Add(1) == 1
-	t.running = true
-}
-
-// stop ends what start began, and reports whether no other gated attempt
-// of the manager overlapped t's.
-func (t *cmTurn) stop() bool {
-	if !t.running {
-		return false
-	}
-	t.running = false
-	alone := t.alone && t.m.starts.Load() == t.started
-	t.m.running.Add(-1)
-	return alone
-}
-
 func (d *cmDomain) enterLocked(t *cmTurn) {
 	d.inUse++
 	d.admits++
 	t.admit, t.held = d.admits, true
-	t.start()
+	t.started = t.m.starts.Add(1)
+	t.alone = t.m.running.Add(1) == 1
+}
+
+// stop reports whether no other gated attempt of the manager overlapped t's.
+func (t *cmTurn) stop() (alone bool) {
+	if t.started != 0 {
+		t.m.running.Add(-1)
+		alone, t.started = t.alone && t.m.starts.Load() == t.started, 0
+	}
+	return alone
 }
 
 func (d *cmDomain) grantLocked() {
@@ -203,16 +171,12 @@ func (t *cmTurn) done(conflict bool, now time.Time) (pause time.Duration, spaced
 	d := t.d
 	d.mu.Lock()
 	defer t.unlock()
-	if t.stop() {
-		// No other gated attempt of this manager overlapped: a conflict
-		// came from elsewhere.
+	if t.stop() { // a conflict came from another process
 		pause = d.paceLocked(conflict, now, t.since, t.rand)
 		if conflict && t.lease != nil {
 			d.lease.want(true)
 		} else if conflict && !d.foreign {
-			// Paced only: each process would widen to take a larger
-			// share of the commits, to the others' loss.
-			d.foreign = true
+			d.foreign = true // else each process widens to take a larger share
 			d.setWidthLocked(1, true, t.m.maxWidth())
 		}
 	}
@@ -222,7 +186,7 @@ func (t *cmTurn) done(conflict bool, now time.Time) (pause time.Duration, spaced
 	}
 	d.learnLocked(conflict, t.admit, now, t.m.maxWidth())
 	d.grantLocked()
-	return pause, d.width > 0
+	return pause, d.width > 0 && t.admit != 0 // a retry of an attempt straight in waits the backoff
 }
 
 func (t *cmTurn) cancel() {
@@ -238,9 +202,7 @@ func (t *cmTurn) cancel() {
 	d.grantLocked()
 }
 
-// unlock unlocks t's domain, giving its lease back (outside the lock) once
-// the process's turn is over: after cmLeaseTurn, or when the gate opened,
-// or when none of the process's attempts of the domain is in or waiting.
+// unlock unlocks t's domain, giving its lease back (outside the lock).
 func (t *cmTurn) unlock() {
 	d := t.d
 	release := d.lease.leave(t.leased, d.width == 0 || d.inUse == 0 && len(d.queue) == 0)
@@ -251,16 +213,7 @@ func (t *cmTurn) unlock() {
 	}
 }
 
-// takeLease takes the domain's lease through the adapter, named by the
-// domain.
-func (t *cmTurn) takeLease(ctx context.Context) (func(), error) {
-	return t.lease.Lease(ctx, "\x00domain\x00"+t.key)
-}
-
-// paceLocked learns from an attempt that no other attempt of its manager
-// overlapped: a conflict doubles the pace and returns a pause of up to it,
-// jittered, shrinking with the call's age, taken in the caller's place; a
-// commit decays the pace.
+// paceLocked learns from a lone attempt; a conflict returns a pause.
 func (d *cmDomain) paceLocked(conflict bool, now, since time.Time, rnd func() float64) time.Duration {
 	if !conflict {
 		if d.pace = time.Duration(float64(d.pace) * cmPaceDecay); d.pace < cmMinPace {
@@ -271,4 +224,189 @@ func (d *cmDomain) paceLocked(conflict bool, now, since time.Time, rnd func() fl
 	d.pace = min(max(2*d.pace, cmMinPace), cmMaxPace)
 	p := float64(d.pace) * rnd() * max(0, 1-float64(now.Sub(since))/float64(cmPacePatience))
 	return max(time.Duration(p), 1) // 1: at once, in its place
+}
+
+// cmLease is a domain's lease (AdapterLease), after the domain's mutex.
+type cmLease struct {
+	mu      sync.Mutex
+	wanted  bool          // a conflict from another process since the gate closed
+	taking  bool          // an attempt is taking it
+	release func()        // gives the held lease back; nil: not held
+	users   int           // attempts running under it
+	at      time.Time     // when it was taken
+	over    bool          // the turn is over: no new users
+	rest    time.Time     // no lease before then
+	change  chan struct{} // closed when it is taken, given back or not had
+}
+
+// want sets wanted; changed wakes the waiters and waits on c next.
+func (l *cmLease) want(on bool) {
+	l.mu.Lock()
+	l.wanted = on
+	l.mu.Unlock()
+}
+
+func (l *cmLease) changed(c chan struct{}) {
+	if l.change != nil {
+		close(l.change)
+	}
+	l.change = c
+}
+
+// join runs an admitted attempt under the lease if wanted and to be had.
+func (l *cmLease) join(ctx context.Context, take func(context.Context) (func(), error), waited bool) (bool, bool, error) {
+	for {
+		l.mu.Lock()
+		switch {
+		case !l.wanted || time.Now().Before(l.rest):
+			l.mu.Unlock()
+			return false, waited, nil
+		case l.release != nil && !l.over:
+			l.users++
+			l.mu.Unlock()
+			return true, waited, nil
+		case l.release == nil && !l.taking:
+			l.taking = true
+			l.mu.Unlock()
+			lctx, cancel := context.WithTimeout(ctx, cmLeaseWait)
+			release, err := take(lctx)
+			cancel()
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.taking = false
+			l.changed(nil)
+			switch {
+			case err == nil:
+				l.release, l.at, l.users, l.over = release, time.Now(), 1, false
+				return true, true, nil
+			case ctx.Err() != nil:
+				return false, true, context.Cause(ctx)
+			}
+			l.rest = time.Now().Add(cmLeaseRest)
+			return false, true, nil
+		}
+		if l.change == nil {
+			l.change = make(chan struct{})
+		}
+		change := l.change
+		l.mu.Unlock()
+		waited = true
+		select {
+		case <-change:
+		case <-ctx.Done():
+			return false, true, context.Cause(ctx)
+		}
+	}
+}
+
+// leave ends an attempt's use (user) and returns the release once the turn
+// is over (idle: the domain has nobody in or waiting) and nobody uses it.
+func (l *cmLease) leave(user, idle bool) func() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if user {
+		l.users--
+	}
+	if l.over = l.over || idle || l.release != nil && time.Since(l.at) >= cmLeaseTurn; l.release == nil || !l.over || l.users > 0 {
+		return nil
+	}
+	release := l.release
+	l.release, l.over = nil, false
+	l.changed(nil)
+	return release
+}
+
+// cmControl finds a closed gate's width by its goodput (see contention.md),
+// under the domain's mutex.
+type cmControl struct {
+	gen                   uint64 // attempts admitted after this many ran at the current width
+	n, commits, conflicts int    // the window's ends, commits after its first end, conflicts
+	first, last           time.Time
+	waited                bool // a caller queued during the window
+	fresh                 bool // the first window since the gate closed: the first probe is at 1
+	probing               bool // the width is a probe, not the base
+	base, dir, step       int  // the next probe's way (+1, -1) and distance
+	hold, holds           int  // windows left at the base before a probe; the last hold
+	baseG                 float64
+}
+
+// learnLocked counts the end of an attempt admitted as number admit.
+func (d *cmDomain) learnLocked(conflict bool, admit uint64, now time.Time, maxWidth int) {
+	c := &d.ctl
+	if d.width == 0 {
+		if conflict && maxWidth > 1 {
+			*c = cmControl{dir: -1, step: maxWidth, fresh: true}
+			d.setWidthLocked(min(max(d.peak, 1), maxWidth-1), true, maxWidth)
+		}
+		return
+	}
+	if admit <= c.gen {
+		return // it ran at another width
+	}
+	if c.n++; c.n == 1 {
+		c.first = now
+	} else if !conflict {
+		c.commits++
+	}
+	if conflict {
+		c.conflicts++
+	}
+	if c.last = now; c.n < cmWindow+2*d.width {
+		return
+	}
+	g := float64(c.commits) / max(c.last.Sub(c.first).Seconds(), 1e-9)
+	w, queued, rare, fresh := d.width, c.waited, c.conflicts*cmRare <= c.n, c.fresh
+	c.fresh = false
+	switch {
+	case !queued && rare: // the gate does nothing that pays
+		d.setWidthLocked(0, true, maxWidth)
+		return
+	case c.probing && g > c.baseG*(1+cmGain): // the probe is the new base
+		c.base, c.baseG, c.holds, c.step = w, g, 0, min(2*c.step, maxWidth)
+	case c.probing: // back to the base; after the longest hold, probe far again
+		c.dir, c.step = -c.dir, max(1, c.step/2)
+		if c.holds == cmMaxHold {
+			c.step = maxWidth
+		}
+		c.holds = min(2*c.holds+1, cmMaxHold)
+		c.hold = c.holds
+		d.setWidthLocked(c.base, true, maxWidth)
+		return
+	case c.hold > 0:
+		c.baseG, c.n, c.commits, c.conflicts, c.waited = g, 0, 0, 0, len(d.queue) > 0
+		c.hold--
+		return
+	}
+	c.baseG = g
+	next := w // nothing to probe
+	if fresh && !rare && w > 1 {
+		next = 1 // alone, an attempt tells another process's conflicts
+	}
+	for i := 0; i < 2 && next == w; i++ {
+		switch {
+		case c.dir < 0 && w > 1 && !rare:
+			next = w - min(c.step, w/2)
+		case c.dir > 0 && queued && !d.foreign:
+			next = w + min(c.step, w)
+		default:
+			c.dir = -c.dir
+		}
+	}
+	d.setWidthLocked(next, next == w, maxWidth)
+}
+
+// setWidthLocked sets the width (maxWidth: open), base or probe, for a window.
+func (d *cmDomain) setWidthLocked(w int, base bool, maxWidth int) {
+	c := &d.ctl
+	if w >= maxWidth {
+		w = 0
+	}
+	if d.width = w; w == 0 {
+		d.peak, d.foreign = d.inUse, false
+		d.lease.want(false)
+	}
+	if c.probing = !base; base {
+		c.base = w
+	}
+	c.gen, c.n, c.commits, c.conflicts, c.waited = d.admits, 0, 0, 0, len(d.queue) > 0
 }

@@ -27,19 +27,19 @@ func newManager(t *testing.T, width int) *txretry.ContentionManager {
 
 // With the default per-handle manager, a domain that does not conflict is
 // open; its first conflict closes a gate as wide as the attempts it had in
-// (here 1), which spaces the retries instead of the backoff; an attempt
-// that then ran with no other gated attempt of the manager beside it and
-// conflicted met another process: the call pauses in its place, doubling
-// from 500 µs while such conflicts last (less as the call ages).
+// (here 1), and the retry waits the backoff; the gate then spaces the
+// retries. An attempt that ran with no other gated attempt of the manager
+// beside it and conflicted met another process: the call pauses in its
+// place, doubling from 500 µs while such conflicts last (less as it ages).
 func TestContentionManagerIsOnByDefaultPerHandle(t *testing.T) {
 	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(3, errSerialization)})
 	var calls atomic.Int32
 	if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock), txretry.WithRand(func() float64 { return 1 }),
-		txretry.WithBackoff(txretry.Constant(time.Hour))); err != nil {
+		txretry.WithBackoff(txretry.Constant(time.Microsecond))); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.clock.Waits(); len(got) != 2 || got[0] != 500*time.Microsecond || got[1] <= got[0] || got[1] > time.Millisecond {
-		t.Fatalf("waits %v, want none as the gate closes, then pauses doubling from 500µs", got)
+	if got := f.clock.Waits(); len(got) != 3 || got[0] != time.Microsecond || got[1] <= 0 || got[1] > 500*time.Microsecond || got[2] <= got[1] || got[2] > time.Millisecond {
+		t.Fatalf("waits %v, want the backoff's 1µs as the gate closes, then pauses doubling from at most 500µs", got)
 	}
 	// Turning it off brings the backoff back for every retry.
 	g := newFixture(t, &fakedb.Driver{OnExec: failFirst(2, errSerialization)})

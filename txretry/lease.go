@@ -23,11 +23,8 @@ func (a sqlAdapter) Lease(ctx context.Context, key string) (func(), error) {
 	return leaseOn(ctx, db, d, key)
 }
 
-// leaseOn takes the lock on a connection of db's, waiting for it no longer
-// than ctx. Its BEGIN and ROLLBACK are statements of the connection, not a
-// *sql.Tx, which would end with ctx (and whose Rollback has no timeout):
-// the ROLLBACK is bounded like a COMMIT, and a connection that fails it, or
-// may hold a MySQL lock, leaves the pool, ending its session.
+// leaseOn takes the lock on a connection had within ctx, BEGIN and ROLLBACK
+// as its statements (a *sql.Tx ends with ctx; its Rollback has no timeout).
 func leaseOn(ctx context.Context, db *sql.DB, d dblock.Dialect, key string) (func(), error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {

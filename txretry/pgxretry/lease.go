@@ -16,7 +16,7 @@ func (a adapter) Lease(ctx context.Context, key string) (func(), error) {
 	if !ok || p.Stat().AcquiredConns()+2 > p.Stat().MaxConns() {
 		return nil, dblock.ErrNoLease // the lease and the attempt need a connection each
 	}
-	tx, err := p.Begin(ctx)
+	tx, err := p.Begin(ctx) // within ctx: the pool's wait too
 	if err != nil {
 		return nil, err
 	}
