@@ -379,8 +379,8 @@ func (d *cmDomain) learnLocked(conflict bool, admit uint64, now time.Time, maxWi
 	}
 	c.baseG = g
 	next := w // nothing to probe
-	if fresh && !rare && w > 1 {
-		next = 1 // alone, an attempt tells another process's conflicts
+	if fresh && c.conflicts*2 > c.n && w > 1 {
+		next = 1 // a row more hot than not; alone, an attempt tells another process's conflicts
 	}
 	for i := 0; i < 2 && next == w; i++ {
 		switch {
