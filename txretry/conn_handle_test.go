@@ -89,7 +89,7 @@ func TestConnHandleBuiltInVerifierFailsAtOnce(t *testing.T) {
 // lone conflicts then pause (500 µs, not the backoff), and that does not
 // carry over to the pool, whose first conflict waits the backoff.
 func TestConnHandleHasItsOwnContentionManager(t *testing.T) {
-	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(20, errSerialization)})
+	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(2, errSerialization)})
 	conn, err := f.db.Conn(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -101,15 +101,15 @@ func TestConnHandleHasItsOwnContentionManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	onConn := f.clock.Waits()
-	if len(onConn) != 19 || onConn[0] != 2*time.Millisecond || onConn[18] > 500*time.Microsecond || onConn[18] <= 0 {
-		t.Fatalf("waits on the conn %v, want 18 of the backoff from 2ms, then (the gate closed) a pause of at most 500µs", onConn)
+	if len(onConn) != 2 || onConn[0] != 2*time.Millisecond || onConn[1] > 500*time.Microsecond || onConn[1] <= 0 {
+		t.Fatalf("waits on the conn %v, want the backoff's 2ms as the gate closes, then a pause of at most 500µs", onConn)
 	}
 	// The pool's manager has seen no conflict: its domain is open.
-	f.drv.OnExec = failFirst(22, errSerialization) // execs 1-21 ran on the conn: the pool's first exec fails
+	f.drv.OnExec = failFirst(4, errSerialization) // execs 1-3 ran on the conn: the pool's first exec fails
 	if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), opts...); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.clock.Waits()[19:]; len(got) != 1 || got[0] != 2*time.Millisecond {
+	if got := f.clock.Waits()[2:]; len(got) != 1 || got[0] != 2*time.Millisecond {
 		t.Fatalf("wait on the pool %v, want the backoff's 2ms: the conn's closed gate must not carry over", got)
 	}
 }

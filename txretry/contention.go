@@ -15,62 +15,41 @@ import (
 )
 
 // ContentionManager spaces out the attempts of the transactions that
-// conflict with each other, and leaves every other transaction alone.
-//
-// It keeps one conflict domain per WithConflictDomain or WithLabel name
-// or, without one, per function fn (told by AdapterFunc), named the same
-// in every build of the code: a function or method by its import path and
-// name (a method value as its method: svc.Transfer and svc.Deposit are two
-// domains; a generic function's instantiations share one), a closure by
-// its file's base name and line. An open
-// domain's attempts go straight to the database. Once more than a quarter of
-// its recent attempts conflict, it closes a FIFO gate: its attempts queue
-// in the order their calls arrived, a retry keeping its call's place, one
-// at a time at first, widening while they commit, until the gate opens
-// again at the manager's width. A caller waits before BEGIN, never while
-// it holds a transaction, and a nested call does not queue again.
-//
-// A conflict of an attempt that ran alone in its gate came from another
-// process: the caller pauses in its place (up to 100 ms), and where the
-// adapter is an AdapterLease the domain's attempts run in turns under a
-// database lock (pg_advisory_xact_lock or GET_LOCK, named by a hash of the
-// domain, in a transaction of its own) until its gate opens. A pool with
-// no connection to spare leaves it paced only.
-//
-// Waiting honours the call's context and time budget; the gate's stall,
-// pace and lease run on real time, whatever WithClock says.
-//
-// A ContentionManager is safe for concurrent use, and its zero value is
-// ready to use, like NewContentionManager(0). By default each database
-// handle has its own (see ManagerFor). The design, and the figures behind
-// its constants, are in contention.md.
+// conflict with each other, and leaves every other transaction alone: it
+// keeps a conflict domain per WithConflictDomain or WithLabel name or,
+// without one, per function fn (told by AdapterFunc), named the same in
+// every build: a function or method by its import path and name (a method
+// value as its method; a generic function's instantiations share one), a
+// closure by its file's base name and line. A domain's first conflict
+// closes a FIFO gate (a retry keeps its call's place; callers wait before
+// BEGIN, within their deadline) whose width then follows the domain's
+// commits per second, until it opens again. A conflict that no gated
+// attempt of the manager overlapped came from another process: the caller
+// pauses in its place, and through an AdapterLease the processes take
+// turns on the domain under a database lock. Its zero value is
+// NewContentionManager(0); it is safe for concurrent use. By default each
+// database handle has its own (see ManagerFor). The design and its
+// constants: contention.md.
 type ContentionManager struct {
-	max     int      // a gate this wide opens; 0: DefaultContentionWidth
-	domains sync.Map // domainKey → *cmDomain
-	count   atomic.Int32
-	// when an attempt last showed lock waits worth ending (noteAttempt)
-	lockWaitAt atomic.Int64 // Unix nanoseconds; 0: never
+	max        int      // a gate this wide opens; 0: DefaultContentionWidth
+	domains    sync.Map // domainKey → *cmDomain
+	count      atomic.Int32
+	lockWaitAt atomic.Int64  // Unix ns of the last lock wait worth ending (noteAttempt)
+	running    atomic.Int32  // attempts admitted through a gate and in, in every domain
+	starts     atomic.Uint64 // attempts admitted through a gate
 }
 
-// DefaultContentionWidth is the width at which a gate of a manager made by
-// default or by NewContentionManager(0) opens again.
+// DefaultContentionWidth is the width at which a default manager's gates open.
 const DefaultContentionWidth = 64
 
 const (
-	// cmMaxDomains bounds the domains of a manager (labels may be made at
-	// run time); the calls of any further domain share one.
-	cmMaxDomains = 1024
-	// An attempt of cmLockWait or more that was lost (40001, 40P01, its
-	// context) arms the default lock timeout for cmLockMemory (see
-	// contention.md, "Deadlocks on PostgreSQL").
-	cmLockWait   = DefaultLockTimeout
-	cmLockMemory = time.Minute
+	cmMaxDomains = 1024               // per manager; the calls of any further domain share one
+	cmLockWait   = DefaultLockTimeout // a lost attempt this long arms the lock timeout...
+	cmLockMemory = time.Minute        // ...for this long
 )
 
-// NewContentionManager returns a manager whose gates open again once they
-// have widened to maxWidth attempts at once (0 means
-// DefaultContentionWidth). A negative maxWidth returns an error matching
-// ErrInvalidOption.
+// NewContentionManager returns a manager whose gates open at maxWidth
+// (0: DefaultContentionWidth); a negative one is an ErrInvalidOption.
 func NewContentionManager(maxWidth int) (*ContentionManager, error) {
 	if maxWidth < 0 {
 		return nil, fmt.Errorf("%w: NewContentionManager(%d): width must not be negative", ErrInvalidOption, maxWidth)
@@ -84,8 +63,8 @@ func (m *ContentionManager) Queued() int {
 	m.domains.Range(func(_, v any) bool {
 		d := v.(*cmDomain)
 		d.mu.Lock()
+		defer d.mu.Unlock()
 		n += len(d.queue)
-		d.mu.Unlock()
 		return true
 	})
 	return n
@@ -145,19 +124,15 @@ func (m *ContentionManager) domain(k string) *cmDomain {
 
 func (m *ContentionManager) maxWidth() int { return cmp.Or(m.max, DefaultContentionWidth) }
 
-// noteAttempt arms the default lock timeout after an attempt that shows
-// lock waits worth ending: one that lasted cmLockWait and then failed
-// with a serialization failure or a deadlock, or was ended by its
-// caller's context (cut is true), or one that the armed timeout ended.
+// noteAttempt arms the default lock timeout after an attempt of cmLockWait
+// lost to 40001, 40P01 or its context (cut), or ended by the timeout.
 func (m *ContentionManager) noteAttempt(err error, cut bool, d time.Duration, lockTimedOut bool, now time.Time) {
 	if lockTimedOut || d >= cmLockWait && (cut || pgerr.IsRetryable(err)) {
 		m.lockWaitAt.Store(now.UnixNano())
 	}
 }
 
-// lockTimeoutArmed reports whether an attempt beginning now gets the
-// default lock timeout: the manager saw lock waits worth ending within
-// cmLockMemory.
+// lockTimeoutArmed: an attempt beginning now gets the default lock timeout.
 func (m *ContentionManager) lockTimeoutArmed(now time.Time) bool {
 	at := m.lockWaitAt.Load()
 	return at != 0 && now.Sub(time.Unix(0, at)) < cmLockMemory
@@ -182,17 +157,14 @@ func WithoutContentionManager() Option {
 	return func(c *config) { c.cm, c.noCM = nil, true }
 }
 
-// managers holds the default manager of each database handle, keyed by a
-// weak pointer to the handle so that the map does not keep it alive; the
-// handle's cleanup deletes its entry once it is garbage collected.
+// managers: the default manager of each handle, by weak pointer, deleted
+// when the handle is collected.
 var managers sync.Map // weak.Pointer[byte] → *ContentionManager
 
-// ManagerFor returns the default ContentionManager of a database handle,
-// made on first use with NewContentionManager(0): the manager that RunInTx
-// and pgxretry.RunInTx use for a *sql.DB, *sql.Conn, *pgxpool.Pool or
-// *pgx.Conn, and Run for an Adapter's Handle, unless an option chooses
-// another. It is nil for a handle that is not a non-nil pointer to a
-// non-empty value. The map of managers does not keep handles alive.
+// ManagerFor returns the default ContentionManager of a database handle
+// (*sql.DB, *sql.Conn, *pgxpool.Pool, *pgx.Conn, an Adapter's Handle), made
+// on first use, unless an option chooses another; nil for a handle that is
+// not a non-nil pointer to a non-empty value. It does not keep handles alive.
 func ManagerFor(handle any) *ContentionManager {
 	v := reflect.ValueOf(handle)
 	if v.Kind() != reflect.Pointer || v.IsNil() || v.Type().Elem().Size() == 0 {

@@ -16,7 +16,7 @@ import (
 // call ends exhausted by the budget, its place passed on. Real clock: the
 // wait for admission runs on it.
 func TestContentionAdmissionIsCheckedAgainstTheTimeBudget(t *testing.T) {
-	m := newManager(t, 0)
+	m := newManager(t, 2) // a gate closes at width 1 (below 2, where it opens)
 	f := newFixture(t, &fakedb.Driver{})
 	const budget = 300 * time.Millisecond
 	start := time.Now()

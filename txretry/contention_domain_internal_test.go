@@ -23,155 +23,39 @@ func (t *cmTurn) attempt(tb testing.TB, conflict bool) time.Duration {
 	return pause
 }
 
-// conflictsToClose in a row close a domain's gate: the fewest that lift
-// the moving average (1/64 per attempt) over cmMaxRate (1/4).
-const conflictsToClose = 19
-
-// closeDomain runs conflicting attempts of t until its domain's gate closes.
+// closeDomain makes t's domain conflict until its gate closes: at once, at
+// width 1 when t's attempts are the only ones. The controller is then held
+// at that width: no window counts (freeze).
 func (t *cmTurn) closeDomain(tb testing.TB) {
 	tb.Helper()
-	for range conflictsToClose {
-		t.attempt(tb, true)
-	}
+	t.attempt(tb, true)
 	if t.d.width == 0 {
-		tb.Fatalf("%d conflicts in a row left the gate open", conflictsToClose)
+		tb.Fatal("a conflict left the gate open")
 	}
+	freeze(t.d)
+}
+
+// freeze holds d's width where it is: its controller counts no attempt.
+func freeze(d *cmDomain) {
+	d.mu.Lock()
+	d.ctl.gen = ^uint64(0)
+	d.mu.Unlock()
 }
 
 func newTurn(m *ContentionManager, label string) *cmTurn {
-	return &cmTurn{d: m.domain(domainKey(label, nil)), max: m.maxWidth(), since: t0, rand: func() float64 { return 1 }}
+	return &cmTurn{m: m, d: m.domain(domainKey(label, nil)), since: t0, rand: func() float64 { return 1 }}
 }
 
-// A domain closes its gate once more than a quarter of its recent attempts
-// conflict, and not for rarer ones (PostgreSQL's SERIALIZABLE transfers
-// among many rows lose about a tenth).
-func TestDomainGateClosesOnFrequentConflictsOnly(t *testing.T) {
-	m := new(ContentionManager)
-	rare := newTurn(m, "rare")
-	for i := range 2000 {
-		rare.attempt(t, i%7 == 0) // 14% of attempts conflict
-	}
-	if rare.d.width > 0 {
-		t.Fatalf("a domain with 14%% conflicts closed its gate (rate %.3f)", rare.d.rate)
-	}
-	hot := newTurn(m, "hot")
-	for range conflictsToClose - 1 {
-		hot.attempt(t, true)
-	}
-	if hot.d.width > 0 {
-		t.Fatalf("%d conflicts closed the gate", conflictsToClose-1)
-	}
-	hot.attempt(t, true)
-	if hot.d.width != 1 {
-		t.Fatalf("width %d (0: open) after %d conflicts in a row, want closed at 1", hot.d.width, conflictsToClose)
-	}
-	if rare.d.width > 0 {
-		t.Fatal("another domain's conflicts closed this one's gate")
-	}
-}
-
-// A closed gate doubles after a streak of 16 x width commits, each
-// narrowing doubles the streak the next widening needs, and the gate opens
-// once it has widened to the manager's maximum.
-func TestDomainGateWidensNarrowsAndOpens(t *testing.T) {
-	m, _ := NewContentionManager(8)
-	hot := newTurn(m, "hot")
-	hot.closeDomain(t)
-	commits := func(n int) {
-		for range n {
-			hot.attempt(t, false)
-		}
-	}
-	commits(cmStreak - 1)
-	if hot.d.width != 1 {
-		t.Fatalf("width %d after %d commits, want 1", hot.d.width, cmStreak-1)
-	}
-	commits(1)
-	if hot.d.width != 2 {
-		t.Fatalf("width %d after a streak, want 2", hot.d.width)
-	}
-	// A conflict while the rate is high halves the width.
-	hot.d.rate = 0.5
-	hot.attempt(t, true)
-	if hot.d.width != 1 || hot.d.fails != 1 {
-		t.Fatalf("width %d, fails %d after a conflict, want 1 and 1", hot.d.width, hot.d.fails)
-	}
-	hot.d.rate = 0
-	commits(2*cmStreak - 1) // the narrowing doubled the streak
-	if hot.d.width != 1 {
-		t.Fatalf("width %d, want 1 until a doubled streak", hot.d.width)
-	}
-	commits(1 + 2*cmStreak*2) // 1 -> 2 -> 4
-	if hot.d.width != 4 {
-		t.Fatalf("width %d (0: open), want 4 and closed", hot.d.width)
-	}
-	commits(2 * cmStreak * 4) // 4 -> 8, the maximum: the gate opens
-	if hot.d.width > 0 {
-		t.Fatalf("the gate stays closed at width %d, the maximum", hot.d.width)
-	}
-}
-
-// A closed gate narrows once per generation: the conflicts of attempts
-// admitted before it last narrowed (a burst, as PostgreSQL's SSI fails
-// several concurrent transactions at once) halve it once, and only an
-// attempt admitted at the new width can halve it again.
-func TestGateNarrowsOncePerGeneration(t *testing.T) {
-	m := new(ContentionManager)
-	hot := newTurn(m, "hot")
-	hot.closeDomain(t)
-	d := hot.d
-	d.width = 8
-	var burst []*cmTurn
-	for range 8 {
-		x := newTurn(m, "hot")
-		if _, err := x.enter(context.Background(), -1); err != nil {
-			t.Fatal(err)
-		}
-		burst = append(burst, x)
-	}
-	d.mu.Lock()
-	d.rate = 0.5 // a conflict narrows
-	d.mu.Unlock()
-	for _, x := range burst {
-		x.done(true, t0)
-	}
-	if d.width != 4 || d.fails != 1 {
-		t.Fatalf("width %d, fails %d after a burst of 8 conflicts admitted at width 8; want 4 and 1", d.width, d.fails)
-	}
-	burst[0].attempt(t, true) // admitted at width 4
-	if d.width != 2 || d.fails != 2 {
-		t.Fatalf("width %d, fails %d after a conflict at the new width; want 2 and 2", d.width, d.fails)
-	}
-}
-
-// Conflicts while the rate stays under cmMaxRate neither narrow a closed
-// gate nor restart its streak: a domain whose conflicts do not fall with
-// the width (PostgreSQL's SERIALIZABLE transfers among many rows lose a
-// tenth of their attempts at any width) widens back and opens.
-func TestDomainGateWidensThroughRareConflicts(t *testing.T) {
-	m, _ := NewContentionManager(4)
-	d := newTurn(m, "noisy")
-	d.closeDomain(t)
-	d.d.rate = 0
-	for i := 0; d.d.width > 0; i++ {
-		if i == 2000 {
-			t.Fatalf("still closed at width %d after %d attempts, a tenth of them conflicting", d.d.width, i)
-		}
-		d.attempt(t, i%10 == 0)
-		if d.d.rate > cmMaxRate {
-			t.Fatalf("rate %.3f over cmMaxRate: the test's conflicts are not rare", d.d.rate)
-		}
-	}
-}
-
-// A conflict of an attempt that ran alone in its gate doubles the pace from
-// 500 µs up to 100 ms; a lone commit keeps nine tenths of it; the pause
-// shrinks with the call's age and is none once it is 200 ms old. An attempt
-// that overlapped another learns nothing about the pace.
+// A conflict of an attempt that no other gated attempt of its manager
+// overlapped doubles the pace from 500 µs up to 100 ms; a lone commit keeps
+// nine tenths of it; the pause shrinks with the call's age and is none once
+// it is 200 ms old. An attempt that overlapped another learns nothing about
+// the pace.
 func TestPaceDoublesDecaysAndShrinksWithAge(t *testing.T) {
 	m := new(ContentionManager)
 	hot := newTurn(m, "hot")
-	hot.closeDomain(t) // from here, lone attempts pace
+	hot.closeDomain(t)   // from here, lone attempts pace
+	hot.d.foreign = true // and the gate stays at width 1
 	var got []time.Duration
 	for range 10 {
 		got = append(got, hot.attempt(t, true))
@@ -243,7 +127,7 @@ func TestRetryKeepsItsCallsPlace(t *testing.T) {
 	a := newTurn(m, "hot")
 	a.closeDomain(t) // width 1
 	d := a.d
-	d.width, d.rate = 2, 0 // conflicts below the share do not narrow
+	d.width = 2
 	x, b, c := newTurn(m, "hot"), newTurn(m, "hot"), newTurn(m, "hot")
 	_, _ = a.enter(context.Background(), -1)
 	_, _ = x.enter(context.Background(), -1) // A and X hold the gate
@@ -337,49 +221,94 @@ func TestDomainKeys(t *testing.T) {
 	}
 }
 
-// A gate closes at half the attempts then in flight, not at 1: a domain
-// whose conflicts only brush the quarter stays wide, and a hot row halves
-// down to 1 within a few more conflicts. The attempts in flight keep their
-// places: a caller queues until fewer than the width are in.
-func TestDomainGateClosesAtHalfTheAttemptsInFlight(t *testing.T) {
+// A domain whose attempts commit is never gated, however many run at once;
+// its first conflict closes the gate as wide as the most attempts it had in
+// at once, so that nobody queues yet, and those in keep their places.
+func TestDomainGateClosesOnAConflictAtItsPeak(t *testing.T) {
 	m := new(ContentionManager)
-	hot := newTurn(m, "hot")
 	var running []*cmTurn
-	for range 20 { // twenty attempts in flight
+	for range 20 {
 		r := newTurn(m, "hot")
-		_, _ = r.enter(context.Background(), -1)
+		if _, err := r.enter(context.Background(), -1); err != nil {
+			t.Fatal(err)
+		}
 		running = append(running, r)
 	}
-	hot.closeDomain(t)
-	if hot.d.width != 10 {
-		t.Fatalf("closed at width %d with 20 attempts in flight, want 10", hot.d.width)
+	for _, r := range running[:10] {
+		r.done(false, t0)
+		r.cancel()
 	}
-	if n := hot.d.inUse; n != 20 {
-		t.Fatalf("%d places in use after the gate closed, want the 20 attempts still in", n)
+	d := running[0].d
+	for range 1000 {
+		running[0].attempt(t, false)
 	}
-	late := newTurn(m, "hot")
-	lq := queue(t, hot.d, late, context.Background())
-	for i, r := range running { // a burst from before the closing: no narrowing
-		r.done(true, t0)
-		if i == 9 {
-			select {
-			case <-lq:
-				t.Fatal("a queued caller entered with 10 attempts in, at width 10")
-			case <-time.After(10 * time.Millisecond):
-			}
+	if d.width != 0 {
+		t.Fatalf("a domain that never conflicted is gated at width %d", d.width)
+	}
+	running[10].done(true, t0)
+	if d.width != 20 || d.inUse != 9 {
+		t.Fatalf("closed at width %d with %d in, want 20 (the peak) and 9", d.width, d.inUse)
+	}
+	for range 11 { // up to the peak: nobody queues
+		x := newTurn(m, "hot")
+		if waited, err := x.enter(context.Background(), -1); waited || err != nil {
+			t.Fatalf("queued below the peak: %v, %v", waited, err)
 		}
 	}
-	if err := <-lq; err != nil {
+}
+
+// A closed gate's window counts only the attempts admitted at its width:
+// a burst of ends of attempts admitted at the old one (PostgreSQL's SSI
+// fails several at once) says nothing of the new. A window in which nobody
+// queued and at most a quarter of the attempts conflicted opens the gate;
+// one in which callers queued does not.
+func TestGateWindowCountsItsWidthAndOpensWhenItDoesNothing(t *testing.T) {
+	m := new(ContentionManager)
+	other := newTurn(m, "other") // a gated attempt of another domain runs throughout:
+	other.closeDomain(t)         // the conflicts below are not another process's
+	if _, err := other.enter(context.Background(), -1); err != nil {
 		t.Fatal(err)
 	}
-	late.cancel()
-	if n := hot.d.inUse; n != 0 || hot.d.width != 10 {
-		t.Fatalf("%d places in use, width %d after the attempts in flight conflicted; want 0 and 10", n, hot.d.width)
+	defer other.cancel()
+	a := newTurn(m, "hot")
+	a.attempt(t, true) // closed at width 1
+	d := a.d
+	old := newTurn(m, "hot")
+	if _, err := old.enter(context.Background(), -1); err != nil {
+		t.Fatal(err)
 	}
-	for _, want := range []int{5, 2, 1, 1} {
-		hot.attempt(t, true)
-		if hot.d.width != want {
-			t.Fatalf("width %d after another conflict, want %d", hot.d.width, want)
-		}
+	d.mu.Lock()
+	d.setWidthLocked(2, true, m.maxWidth())
+	d.mu.Unlock()
+	old.done(true, t0)
+	if d.ctl.n != 0 {
+		t.Fatal("an attempt admitted at the old width counted in the new width's window")
+	}
+	for i := range cmWindow + 2*2 - 1 {
+		a.attempt(t, i%4 == 0)
+	}
+	if d.width != 2 {
+		t.Fatalf("width %d before the window's end, want 2", d.width)
+	}
+	a.attempt(t, false)
+	if d.width != 0 {
+		t.Fatalf("width %d after a window with no queue and a quarter of conflicts, want open", d.width)
+	}
+	a.attempt(t, true) // closed again at width 1
+	holder, waiter := newTurn(m, "hot"), newTurn(m, "hot")
+	if _, err := holder.enter(context.Background(), -1); err != nil {
+		t.Fatal(err)
+	}
+	wq := queue(t, d, waiter, context.Background())
+	holder.done(false, t0)
+	if err := <-wq; err != nil {
+		t.Fatal(err)
+	}
+	waiter.done(false, t0)
+	for d.ctl.n != 0 {
+		a.attempt(t, false)
+	}
+	if d.width == 0 {
+		t.Fatal("a window in which a caller queued opened the gate")
 	}
 }

@@ -1,9 +1,5 @@
 package txretry
 
-// A conflict domain's gate: when it closes, how it admits, how wide it is,
-// and the pace and the lease after conflicts with other processes. See
-// contention.md.
-
 import (
 	"context"
 	"slices"
@@ -12,74 +8,63 @@ import (
 	"time"
 )
 
-// The gate's tuning; contention.md gives the figure that chose each.
 const (
-	cmAlpha    = 1.0 / 64      // weight of one attempt in the moving average of conflicts
-	cmMaxRate  = 1.0 / 4       // above this rate a conflict closes the gate or halves it
-	cmStreak   = 16            // commits per unit of width that double the width...
-	cmMaxFails = 6             // ...times 2^narrowings in a row, up to 2^cmMaxFails
-	cmStall    = 2 * cmMaxPace // a gate that admits nobody this long widens by one
-
+	cmStall        = 2 * cmMaxPace          // a gate that admits nobody this long widens by one
 	cmMinPace      = 500 * time.Microsecond // a pace doubles from here...
 	cmMaxPace      = 100 * time.Millisecond // ...up to here
 	cmPacePatience = 200 * time.Millisecond // a call this old no longer pauses
 	cmPaceDecay    = 0.9                    // a lone commit keeps this much of the pace
-
-	cmLeaseTurn = 10 * time.Millisecond  // no new attempt starts under a lease this old
-	cmLeaseWait = 250 * time.Millisecond // longest wait for a lease
-	cmLeaseRest = time.Second            // how long a domain goes without, after no lease
+	cmLeaseTurn    = 10 * time.Millisecond  // no new attempt starts under a lease this old
+	cmLeaseWait    = 250 * time.Millisecond // longest wait for a lease
+	cmLeaseRest    = time.Second            // how long a domain goes without, after no lease
+	cmWindow       = 16                     // ends in a window, plus two per unit of width
+	cmGain         = 1.0 / 8                // a probe's goodput must beat its base's by this share
+	cmRare         = 4                      // a window where nobody queued and at most 1 in cmRare conflicted opens the gate
+	cmMaxHold      = 15                     // windows at the base between probes, at most
 )
 
-// arrivals numbers calls at their first wait at a gate: a retry goes
-// before every call that arrived after its own.
+// arrivals numbers calls at their first wait at a gate.
 var arrivals atomic.Uint64
 
 // cmDomain is one conflict domain of a manager, under its mutex.
 type cmDomain struct {
-	mu       sync.Mutex
-	width    int       // attempts in at once; 0: the gate is open, they go straight in
-	inUse    int       // attempts in, and callers pausing in their place
-	rate     float64   // moving average of the attempts' conflicts (0 or 1 each)
-	queue    []*cmTurn // waiting, by arrival
-	streak   int       // commits since the width last changed or a conflict over cmMaxRate
-	fails    int       // narrowings since the gate closed, up to cmMaxFails
-	narrowed uint64    // admits when the gate last closed or narrowed
-	admits   uint64    // attempts admitted through the gate
-	pace     time.Duration
-	lease    cmLease
+	mu      sync.Mutex
+	width   int       // attempts in at once; 0: the gate is open
+	inUse   int       // attempts in, and callers pausing in their place
+	peak    int       // the most attempts in at once while open
+	queue   []*cmTurn // waiting, by arrival
+	admits  uint64    // attempts admitted through the gate
+	ctl     cmControl // finds the width
+	pace    time.Duration
+	foreign bool // paced only, it met another process since the gate closed: width 1
+	lease   cmLease
 }
 
-// admission is a call's standing with its manager, in its domain. The
-// call's loop uses only these three methods.
+// admission is all the call's loop uses of its manager: enter waits within
+// ctx and limit (real time; negative: none); done returns a pause to take
+// in the call's place and whether the manager spaces the next attempt
+// (else the backoff does); cancel gives back what the call holds.
 type admission interface {
-	// enter waits until the call's next attempt may begin, or ctx ends,
-	// or limit (real time; negative: none) passes; waited says whether
-	// the call queued.
 	enter(ctx context.Context, limit time.Duration) (waited bool, err error)
-	// done leaves after an attempt. It returns a pause that the call
-	// takes in its place before entering again (0: none), and whether
-	// the manager spaces the next attempt (if not, the backoff does).
 	done(conflict bool, now time.Time) (pause time.Duration, spaced bool)
-	// cancel gives back what the call holds: an admission whose attempt
-	// does not run, or its place during a pause. Afterwards it is a no-op.
 	cancel()
 }
 
-// cmTurn is a call's standing in a domain: one call's, under the domain's
-// mutex while it queues.
+// cmTurn is a call's standing in its domain.
 type cmTurn struct {
+	m       *ContentionManager
 	d       *cmDomain
 	key     string       // d's name, for its lease
 	lease   AdapterLease // nil: the adapter cannot lease
-	max     int          // the manager's maximum width
 	since   time.Time    // the call's start, for the pace's patience
 	rand    func() float64
 	arrival uint64        // 0 until the call first waits
 	ready   chan struct{} // closed when the gate admits it from the queue
-	admit   uint64        // the domain's admits when this attempt entered; 0: it went straight in
-	alone   bool          // no other attempt was in when this one entered
+	admit   uint64        // d.admits when this attempt entered; 0: straight in
+	started uint64        // the manager's starts when it entered; 0: not running
+	alone   bool          // no other gated attempt of the manager was in then
 	held    bool          // the call holds a place (an attempt, or a pause)
-	leased  bool          // the attempt runs under the domain's lease
+	leased  bool          // the attempt runs under the lease
 }
 
 func (t *cmTurn) enter(ctx context.Context, limit time.Duration) (bool, error) {
@@ -90,16 +75,16 @@ func (t *cmTurn) enter(ctx context.Context, limit time.Duration) (bool, error) {
 	}
 	waited, err := t.admitted(ctx)
 	if err == nil && t.admit != 0 && t.lease != nil {
-		var w bool
-		if w, err = t.useLease(ctx); err != nil {
+		take := func(ctx context.Context) (func(), error) { return t.lease.Lease(ctx, "\x00domain\x00"+t.key) }
+		if t.leased, waited, err = t.d.lease.join(ctx, take, waited); err != nil {
 			t.cancel()
 		}
-		waited = waited || w
 	}
 	return waited, err
 }
 
-// admitted waits for a place in the gate, or goes straight in.
+// admitted waits for a place in the gate, or goes straight in; a gate that
+// stood still while t headed its queue widens by one.
 func (t *cmTurn) admitted(ctx context.Context) (bool, error) {
 	d := t.d
 	d.mu.Lock()
@@ -107,42 +92,34 @@ func (t *cmTurn) admitted(ctx context.Context) (bool, error) {
 		d.mu.Unlock()
 		return false, nil
 	}
-	mark := d.admits
-	d.mu.Unlock()
-	stall := time.NewTimer(cmStall)
-	defer stall.Stop()
-	for {
+	for mark := d.admits; ; mark = d.admits {
+		d.mu.Unlock()
 		select {
 		case <-t.ready:
 			return true, nil
 		case <-ctx.Done():
 			t.cancel()
 			return true, context.Cause(ctx)
-		case <-stall.C:
-			d.mu.Lock()
-			if d.admits == mark && d.width > 0 && len(d.queue) > 0 && d.queue[0] == t {
-				d.width++ // stood still: the attempts inside may wait for the callers outside
-				d.grantLocked()
-			}
-			mark = d.admits
-			d.mu.Unlock()
-			stall.Reset(cmStall)
+		case <-time.After(cmStall):
+		}
+		d.mu.Lock()
+		if d.admits == mark && d.width > 0 && len(d.queue) > 0 && d.queue[0] == t {
+			d.setWidthLocked(d.width+1, true, t.m.maxWidth())
+			d.grantLocked()
 		}
 	}
 }
 
-// join reports whether t is in at once: it kept its place through a
-// pause, or its domain is open (straight in), or its gate has room and
-// nobody waits. Otherwise it queues t by its call's arrival (numbered at
-// its first entry into a closed gate).
+// join reports whether t is in at once, else queues it by arrival.
 func (t *cmTurn) join() bool {
 	d := t.d
 	switch {
-	case t.held: // kept its place through a pause
+	case t.held:
 		d.inUse--
 		d.enterLocked(t)
 	case d.width == 0:
 		d.inUse++
+		d.peak = max(d.peak, d.inUse)
 		t.admit, t.held = 0, true
 	default:
 		if t.arrival == 0 {
@@ -152,6 +129,7 @@ func (t *cmTurn) join() bool {
 			d.enterLocked(t)
 			return true
 		}
+		d.ctl.waited = true
 		t.ready = make(chan struct{})
 		i := len(d.queue)
 		for i > 0 && d.queue[i-1].arrival > t.arrival {
@@ -164,10 +142,20 @@ func (t *cmTurn) join() bool {
 }
 
 func (d *cmDomain) enterLocked(t *cmTurn) {
-	t.alone = d.inUse == 0
 	d.inUse++
 	d.admits++
 	t.admit, t.held = d.admits, true
+	t.started = t.m.starts.Add(1)
+	t.alone = t.m.running.Add(1) == 1
+}
+
+// stop reports whether no other gated attempt of the manager overlapped t's.
+func (t *cmTurn) stop() (alone bool) {
+	if t.started != 0 {
+		t.m.running.Add(-1)
+		alone, t.started = t.alone && t.m.starts.Load() == t.started, 0
+	}
+	return alone
 }
 
 func (d *cmDomain) grantLocked() {
@@ -183,25 +171,29 @@ func (t *cmTurn) done(conflict bool, now time.Time) (pause time.Duration, spaced
 	d := t.d
 	d.mu.Lock()
 	defer t.unlock()
-	if t.admit != 0 && t.alone && t.admit == d.admits {
-		// No other attempt of this process overlapped: a conflict came
-		// from elsewhere.
+	if t.stop() { // a conflict came from another process
 		pause = d.paceLocked(conflict, now, t.since, t.rand)
-		d.lease.wanted = d.lease.wanted || conflict && t.lease != nil
+		if conflict && t.lease != nil {
+			d.lease.want(true)
+		} else if conflict && !d.foreign {
+			d.foreign = true // else each process widens to take a larger share
+			d.setWidthLocked(1, true, t.m.maxWidth())
+		}
 	}
 	if pause == 0 {
 		d.inUse--
 		t.held = false
 	}
-	d.learnLocked(conflict, t.admit, t.max)
+	d.learnLocked(conflict, t.admit, now, t.m.maxWidth())
 	d.grantLocked()
-	return pause, d.width > 0
+	return pause, d.width > 0 && t.admit != 0 // a retry of an attempt straight in waits the backoff
 }
 
 func (t *cmTurn) cancel() {
 	d := t.d
 	d.mu.Lock()
 	defer t.unlock()
+	t.stop()
 	if t.held {
 		t.held = false
 		d.inUse--
@@ -210,58 +202,18 @@ func (t *cmTurn) cancel() {
 	d.grantLocked()
 }
 
-// unlock unlocks t's domain, giving its lease back (outside the lock) once
-// the process's turn is over.
+// unlock unlocks t's domain, giving its lease back (outside the lock).
 func (t *cmTurn) unlock() {
-	release := t.leaveLeaseLocked()
-	t.d.mu.Unlock()
+	d := t.d
+	release := d.lease.leave(t.leased, d.width == 0 || d.inUse == 0 && len(d.queue) == 0)
+	t.leased = false
+	d.mu.Unlock()
 	if release != nil {
 		release()
 	}
 }
 
-// learnLocked updates the domain with an attempt's end: the moving average
-// of conflicts, the gate's state and its width (at most maxWidth).
-func (d *cmDomain) learnLocked(conflict bool, admit uint64, maxWidth int) {
-	d.rate *= 1 - cmAlpha
-	if conflict {
-		d.rate += cmAlpha
-	}
-	switch {
-	case d.width == 0:
-		if conflict && d.rate > cmMaxRate && maxWidth > 1 {
-			// Half the attempts now in (they keep their places): a hot
-			// row halves down to 1 in a few conflicts, a domain whose
-			// conflicts only brush the quarter stays wide.
-			d.width, d.streak, d.fails = min(max(1, d.inUse/2), maxWidth), 0, 0
-			d.narrowed = d.admits
-		}
-	case conflict && d.rate > cmMaxRate: // a rarer conflict neither narrows nor holds the width
-		d.streak = 0
-		// Once per generation: the attempts admitted before the last
-		// narrowing ran at the old width, and a burst of their conflicts
-		// (PostgreSQL's SSI fails several at once) says nothing of the new.
-		if d.width > 1 && admit > d.narrowed {
-			d.width /= 2
-			d.fails = min(d.fails+1, cmMaxFails)
-			d.narrowed = d.admits
-		}
-	case conflict: // under cmMaxRate: nothing changes
-	default:
-		d.streak++
-		if d.streak >= cmStreak*d.width<<d.fails {
-			d.width, d.streak = 2*d.width, 0
-			if d.width >= maxWidth { // contention is over: the gate opens
-				d.width, d.lease.wanted = 0, false
-			}
-		}
-	}
-}
-
-// paceLocked learns from an attempt that no other attempt of this domain
-// overlapped: a conflict doubles the pace and returns a pause of up to it,
-// jittered, shrinking with the call's age, taken in the caller's place; a
-// commit decays the pace.
+// paceLocked learns from a lone attempt; a conflict returns a pause.
 func (d *cmDomain) paceLocked(conflict bool, now, since time.Time, rnd func() float64) time.Duration {
 	if !conflict {
 		if d.pace = time.Duration(float64(d.pace) * cmPaceDecay); d.pace < cmMinPace {
@@ -274,106 +226,187 @@ func (d *cmDomain) paceLocked(conflict bool, now, since time.Time, rnd func() fl
 	return max(time.Duration(p), 1) // 1: at once, in its place
 }
 
-// cmLease is a domain's database lease (AdapterLease), under the domain's
-// mutex: real time, whatever WithClock says.
+// cmLease is a domain's lease (AdapterLease), after the domain's mutex.
 type cmLease struct {
-	wanted  bool          // a lone attempt conflicted since the gate closed
-	taking  bool          // an admitted attempt is taking it
+	mu      sync.Mutex
+	wanted  bool          // a conflict from another process since the gate closed
+	taking  bool          // an attempt is taking it
 	release func()        // gives the held lease back; nil: not held
 	users   int           // attempts running under it
 	at      time.Time     // when it was taken
-	over    bool          // the process's turn is over: no new users
+	over    bool          // the turn is over: no new users
 	rest    time.Time     // no lease before then
 	change  chan struct{} // closed when it is taken, given back or not had
 }
 
-func (l *cmLease) changedLocked() {
-	if l.change != nil {
-		close(l.change)
-		l.change = nil
-	}
+// want sets wanted; changed wakes the waiters and waits on c next.
+func (l *cmLease) want(on bool) {
+	l.mu.Lock()
+	l.wanted = on
+	l.mu.Unlock()
 }
 
-// useLease runs the admitted attempt under the domain's lease when the
-// domain wants one: it joins its process's turn, or takes the lease if
-// nobody holds or takes it, or waits until it can do either. It returns
-// whether it waited. When the lease cannot be had, the attempt goes on
-// without it.
-func (t *cmTurn) useLease(ctx context.Context) (waited bool, err error) {
-	d, l := t.d, &t.d.lease
+func (l *cmLease) changed(c chan struct{}) {
+	if l.change != nil {
+		close(l.change)
+	}
+	l.change = c
+}
+
+// join runs an admitted attempt under the lease if wanted and to be had.
+func (l *cmLease) join(ctx context.Context, take func(context.Context) (func(), error), waited bool) (bool, bool, error) {
 	for {
-		d.mu.Lock()
+		l.mu.Lock()
 		switch {
 		case !l.wanted || time.Now().Before(l.rest):
-			d.mu.Unlock()
-			return waited, nil
+			l.mu.Unlock()
+			return false, waited, nil
 		case l.release != nil && !l.over:
 			l.users++
-			t.leased = true
-			d.mu.Unlock()
-			return waited, nil
+			l.mu.Unlock()
+			return true, waited, nil
 		case l.release == nil && !l.taking:
 			l.taking = true
-			d.mu.Unlock()
-			return true, t.takeLease(ctx)
+			l.mu.Unlock()
+			lctx, cancel := context.WithTimeout(ctx, cmLeaseWait)
+			release, err := take(lctx)
+			cancel()
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.taking = false
+			l.changed(nil)
+			switch {
+			case err == nil:
+				l.release, l.at, l.users, l.over = release, time.Now(), 1, false
+				return true, true, nil
+			case ctx.Err() != nil:
+				return false, true, context.Cause(ctx)
+			}
+			l.rest = time.Now().Add(cmLeaseRest)
+			return false, true, nil
 		}
 		if l.change == nil {
 			l.change = make(chan struct{})
 		}
 		change := l.change
-		d.mu.Unlock()
+		l.mu.Unlock()
 		waited = true
 		select {
 		case <-change:
 		case <-ctx.Done():
-			return true, context.Cause(ctx)
+			return false, true, context.Cause(ctx)
 		}
 	}
 }
 
-// takeLease takes the domain's lease for the process, waiting at most
-// cmLeaseWait; when the adapter cannot lease, or the lease is not had by
-// then, the domain goes without for cmLeaseRest.
-func (t *cmTurn) takeLease(ctx context.Context) error {
-	d, l := t.d, &t.d.lease
-	lctx, cancel := context.WithTimeout(ctx, cmLeaseWait)
-	release, err := t.lease.Lease(lctx, "\x00domain\x00"+t.key)
-	cancel()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	l.taking = false
-	l.changedLocked()
-	switch {
-	case err == nil:
-		l.release, l.at, l.users, l.over = release, time.Now(), 1, false
-		t.leased = true
-		return nil
-	case ctx.Err() != nil:
-		return context.Cause(ctx)
-	}
-	l.rest = time.Now().Add(cmLeaseRest)
-	return nil
-}
-
-// leaveLeaseLocked ends the attempt's use of the lease, if any, and
-// returns the lease's release once the process's turn is over and its
-// last user out: after cmLeaseTurn, or when the gate opened, or when none
-// of the process's attempts of the domain is in or waiting.
-func (t *cmTurn) leaveLeaseLocked() func() {
-	d, l := t.d, &t.d.lease
-	if t.leased {
-		t.leased = false
+// leave ends an attempt's use (user) and returns the release once the turn
+// is over (idle: the domain has nobody in or waiting) and nobody uses it.
+func (l *cmLease) leave(user, idle bool) func() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if user {
 		l.users--
 	}
-	if l.release == nil {
-		return nil
-	}
-	l.over = l.over || time.Since(l.at) >= cmLeaseTurn || d.width == 0 || d.inUse == 0 && len(d.queue) == 0
-	if !l.over || l.users > 0 {
+	if l.over = l.over || idle || l.release != nil && time.Since(l.at) >= cmLeaseTurn; l.release == nil || !l.over || l.users > 0 {
 		return nil
 	}
 	release := l.release
 	l.release, l.over = nil, false
-	l.changedLocked()
+	l.changed(nil)
 	return release
+}
+
+// cmControl finds a closed gate's width by its goodput (see contention.md),
+// under the domain's mutex.
+type cmControl struct {
+	gen                   uint64 // attempts admitted after this many ran at the current width
+	n, commits, conflicts int    // the window's ends, commits after its first end, conflicts
+	first, last           time.Time
+	waited                bool // a caller queued during the window
+	fresh                 bool // the first window since the gate closed: the first probe is at 1
+	probing               bool // the width is a probe, not the base
+	base, dir, step       int  // the next probe's way (+1, -1) and distance
+	hold, holds           int  // windows left at the base before a probe; the last hold
+	baseG                 float64
+}
+
+// learnLocked counts the end of an attempt admitted as number admit.
+func (d *cmDomain) learnLocked(conflict bool, admit uint64, now time.Time, maxWidth int) {
+	c := &d.ctl
+	if d.width == 0 {
+		if conflict && maxWidth > 1 {
+			*c = cmControl{dir: -1, step: maxWidth, fresh: true}
+			d.setWidthLocked(min(max(d.peak, 1), maxWidth-1), true, maxWidth)
+		}
+		return
+	}
+	if admit <= c.gen {
+		return // it ran at another width
+	}
+	if c.n++; c.n == 1 {
+		c.first = now
+	} else if !conflict {
+		c.commits++
+	}
+	if conflict {
+		c.conflicts++
+	}
+	if c.last = now; c.n < cmWindow+2*d.width {
+		return
+	}
+	g := float64(c.commits) / max(c.last.Sub(c.first).Seconds(), 1e-9)
+	w, queued, rare, fresh := d.width, c.waited, c.conflicts*cmRare <= c.n, c.fresh
+	c.fresh = false
+	switch {
+	case !queued && rare: // the gate does nothing that pays
+		d.setWidthLocked(0, true, maxWidth)
+		return
+	case c.probing && g > c.baseG*(1+cmGain): // the probe is the new base
+		c.base, c.baseG, c.holds, c.step = w, g, 0, min(2*c.step, maxWidth)
+	case c.probing: // back to the base; after the longest hold, probe far again
+		c.dir, c.step = -c.dir, max(1, c.step/2)
+		if c.holds == cmMaxHold {
+			c.step = maxWidth
+		}
+		c.holds = min(2*c.holds+1, cmMaxHold)
+		c.hold = c.holds
+		d.setWidthLocked(c.base, true, maxWidth)
+		return
+	case c.hold > 0:
+		c.baseG, c.n, c.commits, c.conflicts, c.waited = g, 0, 0, 0, len(d.queue) > 0
+		c.hold--
+		return
+	}
+	c.baseG = g
+	next := w // nothing to probe
+	if fresh && c.conflicts*2 > c.n && w > 1 {
+		next = 1 // a row more hot than not; alone, an attempt tells another process's conflicts
+	}
+	for i := 0; i < 2 && next == w; i++ {
+		switch {
+		case c.dir < 0 && w > 1 && !rare:
+			next = w - min(c.step, w/2)
+		case c.dir > 0 && queued && !d.foreign:
+			next = w + min(c.step, w)
+		default:
+			c.dir = -c.dir
+		}
+	}
+	d.setWidthLocked(next, next == w, maxWidth)
+}
+
+// setWidthLocked sets the width (maxWidth: open), base or probe, for a window.
+func (d *cmDomain) setWidthLocked(w int, base bool, maxWidth int) {
+	c := &d.ctl
+	if w >= maxWidth {
+		w = 0
+	}
+	if d.width = w; w == 0 {
+		d.peak, d.foreign = d.inUse, false
+		d.lease.want(false)
+	}
+	if c.probing = !base; base {
+		c.base = w
+	}
+	c.gen, c.n, c.commits, c.conflicts, c.waited = d.admits, 0, 0, 0, len(d.queue) > 0
 }

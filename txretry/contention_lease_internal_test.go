@@ -87,9 +87,9 @@ func TestDomainLeasesOnlyAfterForeignConflicts(t *testing.T) {
 	if f.released != 1 {
 		t.Fatalf("released %d leases once the domain was idle, want 1", f.released)
 	}
-	for d.width > 0 {
-		a.attempt(t, false)
-	}
+	d.mu.Lock()
+	d.setWidthLocked(0, true, m.maxWidth()) // the gate opens
+	d.mu.Unlock()
 	if d.lease.wanted || f.taken != f.released {
 		t.Fatalf("after the gate opened: wanted %v, taken %d, released %d", d.lease.wanted, f.taken, f.released)
 	}
@@ -113,7 +113,7 @@ func TestDomainLeasesNotForItsOwnConflicts(t *testing.T) {
 	a.closeDomain(t)
 	d := a.d
 	for range 20 { // two attempts at once, one of them conflicting
-		d.lease.wanted, d.width, d.rate = false, 2, 0
+		d.lease.wanted, d.width = false, 2
 		_, _ = a.enter(context.Background(), -1)
 		_, _ = b.enter(context.Background(), -1)
 		b.done(false, t0)
@@ -180,7 +180,7 @@ func TestDomainLeaseTurnEnds(t *testing.T) {
 	a, b, c := leasedTurn(m, f), leasedTurn(m, f), leasedTurn(m, f)
 	a.closeDomain(t)
 	d := a.d
-	d.lease.wanted, d.width, d.rate = true, 3, 0
+	d.lease.wanted, d.width = true, 3
 	for _, x := range []*cmTurn{a, b} {
 		if _, err := x.enter(context.Background(), -1); err != nil {
 			t.Fatal(err)
@@ -228,7 +228,7 @@ func TestPausedCallResumesUnderItsExpiredTurn(t *testing.T) {
 	c := leasedTurn(m, f)
 	c.closeDomain(t)
 	d := c.d
-	d.lease.wanted, d.width, d.rate = true, 1, 0
+	d.lease.wanted, d.width = true, 1
 	if _, err := c.enter(context.Background(), -1); err != nil {
 		t.Fatal(err)
 	}
@@ -249,5 +249,31 @@ func TestPausedCallResumesUnderItsExpiredTurn(t *testing.T) {
 	c.done(false, t0)
 	if taken, released := f.counts(); taken != 1 || released != 1 {
 		t.Fatalf("taken %d, released %d after the call committed; want 1 and 1", taken, released)
+	}
+}
+
+// Kinds of transaction of one process that conflict with each other are
+// not another process: a conflict of an attempt alone in its gate, beside
+// a gated attempt of another domain of the manager, neither leases nor
+// pauses. Beside an attempt of an open domain (one that does not conflict)
+// it does: nothing of the process explains it.
+func TestDomainLeasesNotForAnotherDomainsConflicts(t *testing.T) {
+	for _, otherGated := range []bool{true, false} {
+		m := new(ContentionManager)
+		f := &fakeLeaser{}
+		a := leasedTurn(m, f)
+		a.closeDomain(t)
+		other := newTurn(m, "other")
+		if otherGated {
+			other.closeDomain(t)
+		}
+		if _, err := other.enter(context.Background(), -1); err != nil {
+			t.Fatal(err)
+		}
+		pause := a.attempt(t, true)
+		other.done(false, t0)
+		if wanted := a.d.lease.wanted; wanted == otherGated || (pause > 0) == otherGated {
+			t.Errorf("beside a gated attempt of another domain: %v; lease wanted %v, pause %v", otherGated, wanted, pause)
+		}
 	}
 }

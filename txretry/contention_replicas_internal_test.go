@@ -28,8 +28,10 @@ type replicaSim struct {
 	now        time.Duration
 	seq        int
 	events     simEvents
-	lastCommit time.Duration
+	rows       int                   // the rows an attempt picks one of (1: one hot row)
+	lastCommit map[int]time.Duration // by row
 	inFlight   int
+	replicas   []*simReplica
 	base       time.Duration // an attempt lasts 0.8-1.2 x base
 	deadline   time.Duration
 	stats      simStats
@@ -52,6 +54,7 @@ type simCall struct {
 	r          *simReplica
 	start, end time.Duration // end is the deadline
 	turn       cmTurn
+	row        int // the row its transaction writes
 	attempts   int
 	minDur     time.Duration
 	done       bool
@@ -95,29 +98,39 @@ func (s *replicaSim) clock() time.Time { return simEpoch.Add(s.now) }
 // runReplicaSim runs replicas x workers callers for span and returns what
 // happened.
 func runReplicaSim(seed uint64, replicas, workers int, span time.Duration) simStats {
-	s := &replicaSim{rnd: rand.New(rand.NewPCG(seed, 1)), base: time.Millisecond, deadline: time.Second}
+	s := newReplicaSim(seed, replicas, workers)
+	s.run(span)
+	return s.stats
+}
+
+// newReplicaSim makes replicas x workers callers, on one row.
+func newReplicaSim(seed uint64, replicas, workers int) *replicaSim {
+	s := &replicaSim{rnd: rand.New(rand.NewPCG(seed, 1)), base: time.Millisecond, deadline: time.Second,
+		rows: 1, lastCommit: map[int]time.Duration{}}
 	s.stats.perReplica = make([]int, replicas)
 	for i := range replicas {
 		m, _ := NewContentionManager(0)
 		r := &simReplica{id: i, m: m, d: m.domain(domainKey("hot", nil))}
+		s.replicas = append(s.replicas, r)
 		for range workers {
 			s.at(time.Duration(s.rnd.Int64N(int64(s.base))), func() { s.begin(r) })
 		}
 	}
-	for len(s.events) > 0 {
+	return s
+}
+
+// run runs the simulation until span.
+func (s *replicaSim) run(span time.Duration) {
+	for len(s.events) > 0 && s.events[0].at <= span {
 		e := heap.Pop(&s.events).(simEvent)
-		if e.at > span {
-			break
-		}
 		s.now = e.at
 		e.fn()
 	}
-	return s.stats
 }
 
 func (s *replicaSim) begin(r *simReplica) {
-	c := &simCall{r: r, start: s.now, end: s.now + s.deadline}
-	c.turn = cmTurn{d: r.d, max: r.m.maxWidth(), since: s.clock(), rand: s.rnd.Float64}
+	c := &simCall{r: r, start: s.now, end: s.now + s.deadline, row: s.rnd.IntN(s.rows)}
+	c.turn = cmTurn{m: r.m, d: r.d, since: s.clock(), rand: s.rnd.Float64}
 	s.at(s.deadline, func() { // the deadline passes while the call queues
 		if slices.Contains(r.waiting, c) {
 			s.giveUp(c)
@@ -192,17 +205,17 @@ func (s *replicaSim) attempt(c *simCall) {
 	c.attempts++
 	s.inFlight++
 	s.stats.attempts++
-	begun := s.now
+	begun, row := s.now, c.row
 	d := time.Duration(float64(s.base) * (0.8 + 0.4*s.rnd.Float64()) * (1 + simCost*float64(s.inFlight-1)))
-	s.at(d, func() { s.ended(c, begun, d) })
+	s.at(d, func() { s.ended(c, begun, d, row) })
 }
 
 // ended decides after an attempt, as call.loop and call.delay do.
-func (s *replicaSim) ended(c *simCall, begun, d time.Duration) {
+func (s *replicaSim) ended(c *simCall, begun, d time.Duration, row int) {
 	s.inFlight--
-	conflict := s.lastCommit > begun || s.now > c.end
+	conflict := s.lastCommit[row] > begun || s.now > c.end
 	if !conflict {
-		s.lastCommit = s.now
+		s.lastCommit[row] = s.now
 	}
 	pause, spaced := c.turn.done(conflict, s.clock())
 	s.pump(c.r)

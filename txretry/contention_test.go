@@ -25,24 +25,21 @@ func newManager(t *testing.T, width int) *txretry.ContentionManager {
 	return m
 }
 
-// With the default per-handle manager, a call's first conflicts retry
-// after the backoff, as without a manager, while its domain's gate is
-// open; 19 conflicts in a row close the gate, and an attempt that then
-// ran alone in it and conflicted met another process: the call pauses in
-// its place, doubling from 500 µs while such conflicts last (less as the
-// call ages).
+// With the default per-handle manager, a domain that does not conflict is
+// open; its first conflict closes a gate as wide as the attempts it had in
+// (here 1), and the retry waits the backoff; the gate then spaces the
+// retries. An attempt that ran with no other gated attempt of the manager
+// beside it and conflicted met another process: the call pauses in its
+// place, doubling from 500 µs while such conflicts last (less as it ages).
 func TestContentionManagerIsOnByDefaultPerHandle(t *testing.T) {
-	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(21, errSerialization)})
+	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(3, errSerialization)})
 	var calls atomic.Int32
-	// A short backoff keeps the call young: its pauses shrink with age.
 	if err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), txretry.WithClock(f.clock), txretry.WithRand(func() float64 { return 1 }),
 		txretry.WithBackoff(txretry.Constant(time.Microsecond))); err != nil {
 		t.Fatal(err)
 	}
-	got := f.clock.Waits()
-	backoff := slices.Repeat([]time.Duration{time.Microsecond}, 18)
-	if len(got) != 20 || !slices.Equal(got[:18], backoff) || got[18] <= time.Microsecond || got[18] > 500*time.Microsecond || got[19] <= got[18] || got[19] > time.Millisecond {
-		t.Fatalf("waits %v, want the backoff's %v, no wait as the gate closes, then two pauses doubling from at most 500µs", got, backoff)
+	if got := f.clock.Waits(); len(got) != 3 || got[0] != time.Microsecond || got[1] <= 0 || got[1] > 500*time.Microsecond || got[2] <= got[1] || got[2] > time.Millisecond {
+		t.Fatalf("waits %v, want the backoff's 1µs as the gate closes, then pauses doubling from at most 500µs", got)
 	}
 	// Turning it off brings the backoff back for every retry.
 	g := newFixture(t, &fakedb.Driver{OnExec: failFirst(2, errSerialization)})
@@ -54,11 +51,11 @@ func TestContentionManagerIsOnByDefaultPerHandle(t *testing.T) {
 	}
 }
 
-// closeGate makes the domain label of m conflict until its gate closes at
-// width 1: 19 conflicts in a row.
+// closeGate makes the domain label of m conflict once, alone: its gate
+// closes at width 1.
 func closeGate(t *testing.T, m *txretry.ContentionManager, label string) {
 	t.Helper()
-	db := (&fakedb.Driver{OnExec: failFirst(19, errSerialization)}).DB()
+	db := (&fakedb.Driver{OnExec: failFirst(1, errSerialization)}).DB()
 	defer db.Close()
 	var calls atomic.Int32
 	if err := txretry.RunInTx(context.Background(), db, execFn(&calls), txretry.WithContentionManager(m),
@@ -77,10 +74,10 @@ func TestColdDomainNeverQueuesBehindAHotOne(t *testing.T) {
 	var hot, cold atomic.Int32
 	drv := &fakedb.Driver{OnExec: func(_ context.Context, _ int, q string, _ []driver.NamedValue) error {
 		switch {
-		case q == "UPDATE hot" && hot.Add(1) <= 19:
+		case q == "UPDATE hot" && hot.Add(1) == 1:
 			return errSerialization // closes the hot domain's gate
 		case q == "UPDATE cold" && cold.Add(1)%50 == 0:
-			return errSerialization // rare: the cold domain stays open
+			return errSerialization // rare: the cold domain's gate, as wide as its callers, opens again
 		}
 		return nil
 	}}
@@ -92,13 +89,19 @@ func TestColdDomainNeverQueuesBehindAHotOne(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, "UPDATE hot"); err != nil {
 			return err
 		}
-		if hot.Load() == 20 { // the first attempt through the closed gate holds it
+		if hot.Load() == 2 { // the first attempt through the closed gate holds it
 			holding <- struct{}{}
 			<-release
 		}
 		return nil
 	}
+	var coldIn atomic.Int32
+	allCold := make(chan struct{})
 	coldFn := func(ctx context.Context, tx *sql.Tx) error {
+		if coldIn.Load() < 8 && coldIn.Add(1) == 8 { // the 8 workers' first calls run at once
+			close(allCold)
+		}
+		<-allCold
 		_, err := tx.ExecContext(ctx, "UPDATE cold")
 		return err
 	}

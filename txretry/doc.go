@@ -61,13 +61,13 @@
 // closure by its file and line). A domain whose transactions have not
 // been conflicting costs nothing: its attempts go straight to the database
 // and retry after the Backoff (default: full jitter over an exponential
-// delay from 2 ms, capped at 250 ms). Once more than a quarter of a domain's
-// recent attempts conflict, its attempts queue at a FIFO gate of its own,
-// one at a time at first, widening while they commit; its retries keep
-// their call's place, and a conflict that came from another process (the
-// attempt ran alone in the gate) pauses the caller in its place and, where
-// the adapter can hold a database lock, makes the processes take turns on
-// the domain through one (see ContentionManager). Other domains never
+// delay from 2 ms, capped at 250 ms). A domain's first conflict closes a
+// FIFO gate of its own, whose width then follows the domain's commits per
+// second; its retries keep their call's place, and a conflict that came
+// from another process (no gated attempt of the manager overlapped it)
+// pauses the caller in its place and, where the adapter can hold a
+// database lock, makes the processes take turns on the domain through one
+// (see ContentionManager). Other domains never
 // queue behind it. Two kinds of transaction that conflict with each other
 // are two domains: give them one label to queue them together. Without a
 // manager (WithoutContentionManager) every retry waits the Backoff. A

@@ -146,7 +146,7 @@ func admissionOf(cm *ContentionManager, cfg *config, a adapter, start time.Time)
 		return nil
 	}
 	k := domainKey(cmp.Or(cfg.domain, cfg.label), a.fn())
-	return &cmTurn{d: cm.domain(k), key: k, lease: a.leaser(), max: cm.maxWidth(), since: start, rand: cfg.rand}
+	return &cmTurn{m: cm, d: cm.domain(k), key: k, lease: a.leaser(), since: start, rand: cfg.rand}
 }
 
 // managerOf returns the contention manager of a call: the one chosen by an

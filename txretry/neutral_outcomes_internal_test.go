@@ -15,9 +15,9 @@ import (
 // TestGateLearnsNothingFromNeutralOutcomes: an attempt that neither
 // committed nor conflicted (fn panicked, COMMIT's outcome is unknown, the
 // idempotency key was already committed, the connection was lost) gives
-// its place in its domain's gate back without counting as a commit: the
-// gate does not move towards widening (its streak of commits) and its
-// conflict rate does not move. A commit, for contrast, does count.
+// its place in its domain's gate back without counting in the width
+// controller's window: it is neither a commit nor a conflict of the width
+// it ran at. A commit, for contrast, does count.
 func TestGateLearnsNothingFromNeutralOutcomes(t *testing.T) {
 	reset := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
 	for _, tc := range []struct {
@@ -25,7 +25,7 @@ func TestGateLearnsNothingFromNeutralOutcomes(t *testing.T) {
 		drv    *fakedb.Driver
 		fn     func(context.Context, *sql.Tx) error
 		opts   []Option
-		streak int // after one call
+		counted int // attempt ends in the controller's window after one call
 	}{
 		{"commit", &fakedb.Driver{}, nil, nil, 1},
 		{"panic in fn", &fakedb.Driver{}, func(context.Context, *sql.Tx) error { panic("fn's bug") }, nil, 0},
@@ -39,11 +39,7 @@ func TestGateLearnsNothingFromNeutralOutcomes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := new(ContentionManager)
 			d := m.domain(domainKey("k", nil))
-			d.width, d.rate = 1, 0.5 // closed, one place
-			wantRate := 0.5
-			if tc.streak > 0 {
-				wantRate *= 1 - cmAlpha // a commit weighs in
-			}
+			d.width = 1 // closed, one place
 			db := tc.drv.DB()
 			defer db.Close()
 			fn := tc.fn
@@ -59,8 +55,8 @@ func TestGateLearnsNothingFromNeutralOutcomes(t *testing.T) {
 			}()
 			d.mu.Lock()
 			defer d.mu.Unlock()
-			if d.streak != tc.streak || d.rate != wantRate || d.width != 1 {
-				t.Errorf("streak %d, rate %v, width %d; want streak %d, rate %v, width 1", d.streak, d.rate, d.width, tc.streak, wantRate)
+			if d.ctl.n != tc.counted || d.ctl.conflicts != 0 || d.width != 1 {
+				t.Errorf("window: %d ends, %d conflicts, width %d; want %d ends, 0 conflicts, width 1", d.ctl.n, d.ctl.conflicts, d.width, tc.counted)
 			}
 			if d.inUse != 0 || len(d.queue) != 0 {
 				t.Errorf("%d places in use, %d queued; want the place given back", d.inUse, len(d.queue))

@@ -86,3 +86,68 @@ func TestHotDomainLeasedAcrossReplicas(t *testing.T) {
 		t.Logf("%d replicas x %d workers x %d calls, %d retryable failures %v", replicas, workers, calls, fails.n.Load(), fails.codes)
 	})
 }
+
+// One process whose kinds of transaction conflict with each other (two
+// labels updating one row) takes no database lock: their conflicts come
+// from the process itself, not from another one, and a lease would only
+// add a transaction to every turn.
+func TestKindsOfOneProcessTakeNoLease(t *testing.T) {
+	const workers, calls = 8, 40
+	keys := []string{"\x00domain\x00label:kind-a", "\x00domain\x00label:kind-b"}
+	forEachReplicaKind(t, func(t *testing.T, k replicaKind) {
+		dsn, paths := replicaPaths(t, k, 1)
+		p := paths[0]
+		ctx := testContext(t)
+		p.setup(t, ctx,
+			"CREATE TABLE kinds_hot (id INT PRIMARY KEY, n BIGINT NOT NULL)",
+			"INSERT INTO kinds_hot VALUES (1, 0)")
+		w := newLockWatch(t, k, dsn)
+		hot := func(ctx context.Context, q querier) error {
+			var n int64
+			if err := q.queryRow(ctx, "SELECT n FROM kinds_hot WHERE id = 1").Scan(&n); err != nil {
+				return err
+			}
+			return q.exec(ctx, "UPDATE kinds_hot SET n = $1 WHERE id = 1", n+1)
+		}
+		var fails failures
+		var wg sync.WaitGroup
+		for i := range 2 * workers {
+			label := []string{"kind-a", "kind-b"}[i%2]
+			wg.Go(func() {
+				for range calls {
+					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					if err := p.run(cctx, hot, txretry.WithIsolation(sql.LevelSerializable), txretry.WithLabel(label), fails.option()); err != nil {
+						t.Errorf("call failed: %v", err)
+					}
+					cancel()
+				}
+			})
+		}
+		held := make(chan bool, 1)
+		stop := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-stop:
+					held <- false
+					return
+				default:
+				}
+				if n, err := w.held(ctx, keys...); err == nil && n > 0 {
+					held <- true
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+		wg.Wait()
+		close(stop)
+		if <-held {
+			t.Error("a domain of the only process took a database lock for conflicts with its own process's other kind")
+		}
+		if n := p.count(t, ctx, "SELECT n FROM kinds_hot WHERE id = 1"); n != 2*workers*calls {
+			t.Errorf("row counted %d increments, want %d", n, 2*workers*calls)
+		}
+		t.Logf("%d retryable failures %v", fails.n.Load(), fails.codes)
+	})
+}

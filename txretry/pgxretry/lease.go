@@ -16,14 +16,14 @@ func (a adapter) Lease(ctx context.Context, key string) (func(), error) {
 	if !ok || p.Stat().AcquiredConns()+2 > p.Stat().MaxConns() {
 		return nil, dblock.ErrNoLease // the lease and the attempt need a connection each
 	}
-	tx, err := p.Begin(ctx)
+	tx, err := p.Begin(ctx) // within ctx: the pool's wait too
 	if err != nil {
 		return nil, err
 	}
 	return dblock.Lock(ctx, dblock.Postgres, key, func(ctx context.Context, q string) (n int64, err error) {
 		err = tx.QueryRow(ctx, q).Scan(&n)
 		return n, err
-	}, func() { // pgx closes a connection whose rollback fails
+	}, func(bool) { // pgx closes a connection whose rollback fails; the lock is the transaction's
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = tx.Rollback(ctx)

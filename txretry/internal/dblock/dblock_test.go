@@ -50,9 +50,10 @@ func TestStatementsHoldIdsNotKeys(t *testing.T) {
 
 // fakeTx scripts the lock statement's result and logs the statements.
 type fakeTx struct {
-	log  []string
-	got  int64
-	fail bool
+	log        []string
+	got        int64
+	fail       bool // the lock statement fails
+	failUnlock bool // RELEASE_LOCK fails
 }
 
 var errConn = errors.New("connection broke")
@@ -60,6 +61,9 @@ var errConn = errors.New("connection broke")
 func (c *fakeTx) Int(_ context.Context, q string) (int64, error) {
 	if strings.Contains(q, "RELEASE") {
 		c.log = append(c.log, "unlock")
+		if c.failUnlock {
+			return 0, errConn
+		}
 		return 1, nil
 	}
 	c.log = append(c.log, "lock")
@@ -68,10 +72,18 @@ func (c *fakeTx) Int(_ context.Context, q string) (int64, error) {
 	}
 	return c.got, nil
 }
-func (c *fakeTx) End() { c.log = append(c.log, "end") }
+func (c *fakeTx) End(ok bool) {
+	if ok {
+		c.log = append(c.log, "end")
+	} else {
+		c.log = append(c.log, "end session")
+	}
+}
 
 // Lock ends its transaction on every failure and at release; MySQL's
 // session lock is released first, PostgreSQL's ends with the transaction.
+// A session that may still hold the lock (the wait failed, or
+// RELEASE_LOCK did) is ended, not given back to its pool.
 func TestLockEndsItsTransaction(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -83,7 +95,8 @@ func TestLockEndsItsTransaction(t *testing.T) {
 		{"PostgreSQL: taken and released", Postgres, fakeTx{got: 1}, nil, []string{"lock", "end"}},
 		{"MySQL: taken and released", MySQL, fakeTx{got: 1}, nil, []string{"lock", "unlock", "end"}},
 		{"GET_LOCK timed out", MySQL, fakeTx{got: 0}, context.DeadlineExceeded, []string{"lock", "end"}},
-		{"connection broke", Postgres, fakeTx{fail: true}, errConn, []string{"lock", "end"}},
+		{"connection broke", Postgres, fakeTx{fail: true}, errConn, []string{"lock", "end session"}},
+		{"RELEASE_LOCK failed", MySQL, fakeTx{got: 1, failUnlock: true}, nil, []string{"lock", "unlock", "end session"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			release, err := Lock(context.Background(), tc.d, "k", tc.tx.Int, tc.tx.End)

@@ -12,13 +12,13 @@ import (
 	"github.com/txretry/txretry/txretry/internal/fakedb"
 )
 
-// Close makes the domain label of db's default manager conflict until its
-// gate closes at width 1 (19 conflicts in a row).
+// Close makes the domain label of db's default manager conflict once,
+// alone: its gate closes at width 1.
 func Close(t testing.TB, db *sql.DB, label string) {
 	t.Helper()
 	n := 0
 	err := txretry.RunInTx(context.Background(), db, func(context.Context, *sql.Tx) error {
-		if n++; n <= 19 {
+		if n++; n == 1 {
 			return &fakedb.SQLStateError{Code: "40001", Message: "could not serialize access"}
 		}
 		return nil
