@@ -21,10 +21,10 @@ import (
 func TestGateLearnsNothingFromNeutralOutcomes(t *testing.T) {
 	reset := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
 	for _, tc := range []struct {
-		name   string
-		drv    *fakedb.Driver
-		fn     func(context.Context, *sql.Tx) error
-		opts   []Option
+		name    string
+		drv     *fakedb.Driver
+		fn      func(context.Context, *sql.Tx) error
+		opts    []Option
 		counted int // attempt ends in the controller's window after one call
 	}{
 		{"commit", &fakedb.Driver{}, nil, nil, 1},
