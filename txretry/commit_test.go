@@ -299,6 +299,9 @@ func TestUncertainCommitIsNeverRetriedBlindly(t *testing.T) {
 		{"08006 connection failure", &fakedb.SQLStateError{Code: "08006"}},
 		{"57P01 admin shutdown", &fakedb.SQLStateError{Code: "57P01"}},
 		{"safe-to-retry false", safeErr{false}},
+		// A driver not known to send COMMIT only after such a check (lib/pq
+		// returns it for EOF in COMMIT's reply): see sqlcommit.go.
+		{"driver.ErrBadConn from an unknown driver", driver.ErrBadConn},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, &fakedb.Driver{OnCommit: func(int) error { return tc.err }})
@@ -331,17 +334,11 @@ func TestCommitErrorsThatProveNoCommit(t *testing.T) {
 		{"40001 at commit", errSerialization, true, 2},
 		{"1213 at commit", errMySQLDeadlock, true, 2},
 		{"deferred unique violation", errUnique, false, 1},
-		{"driver.ErrBadConn", driver.ErrBadConn, false, 1},
 		{"pgconn safe to retry", safeErr{true}, false, 1},
 		{"pgx commit resulted in rollback", errors.New("commit unexpectedly resulted in rollback"), false, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, &fakedb.Driver{OnCommit: func(n int) error {
-				if n == 1 {
-					return tc.err
-				}
-				return nil
-			}})
+			f := newFixture(t, &fakedb.Driver{OnCommit: failFirstCommit(tc.err)})
 			var calls atomic.Int32
 			err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), f.opts()...)
 			if errors.Is(err, txretry.ErrCommitUncertain) {

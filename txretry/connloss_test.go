@@ -110,26 +110,35 @@ func TestConnectionLossBeforeCommitReRunsTheTransaction(t *testing.T) {
 }
 
 // TestConnectionLossDuringCommitIsNeverRetriedBlindly: a COMMIT whose
-// connection broke in flight stays uncertain with the option; one whose
-// error proves nothing was sent (driver.ErrBadConn) is re-run.
+// connection broke in flight stays uncertain with the option, and so does a
+// driver.ErrBadConn from a driver not known to return it only before
+// sending COMMIT (lib/pq returns it after); one whose error proves nothing
+// was sent (pgconn's SafeToRetry) is re-run.
 func TestConnectionLossDuringCommitIsNeverRetriedBlindly(t *testing.T) {
-	f := newFixture(t, &fakedb.Driver{OnCommit: lostFirstCommit})
-	var calls atomic.Int32
-	err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), f.opts(txretry.WithRetryOnConnectionLoss())...)
-	if !errors.Is(err, txretry.ErrCommitUncertain) || calls.Load() != 1 {
-		t.Fatalf("err = %v after %d runs of fn, want ErrCommitUncertain after 1", err, calls.Load())
-	}
-
-	f = newFixture(t, &fakedb.Driver{OnCommit: func(n int) error {
-		if n == 1 {
-			return driver.ErrBadConn
-		}
-		return nil
-	}})
-	calls.Store(0)
-	err = txretry.RunInTx(context.Background(), f.db, execFn(&calls), f.opts(txretry.WithRetryOnConnectionLoss())...)
-	if err != nil || calls.Load() != 2 {
-		t.Fatalf("err = %v after %d runs of fn, want nil after 2", err, calls.Load())
+	for _, tc := range []struct {
+		name    string
+		err     error
+		retried bool
+	}{
+		{"lost in flight", io.ErrUnexpectedEOF, false},
+		{"driver.ErrBadConn of an unknown driver", driver.ErrBadConn, false},
+		{"wrapped driver.ErrBadConn of an unknown driver", fmt.Errorf("commit: %w", driver.ErrBadConn), false},
+		{"safe to retry", safeErr{true}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, &fakedb.Driver{OnCommit: failFirstCommit(tc.err)})
+			var calls atomic.Int32
+			err := txretry.RunInTx(context.Background(), f.db, execFn(&calls), f.opts(txretry.WithRetryOnConnectionLoss())...)
+			if tc.retried {
+				if err != nil || calls.Load() != 2 {
+					t.Fatalf("err = %v after %d runs of fn, want nil after 2", err, calls.Load())
+				}
+				return
+			}
+			if !errors.Is(err, txretry.ErrCommitUncertain) || !errors.Is(err, tc.err) || calls.Load() != 1 {
+				t.Fatalf("err = %v after %d runs of fn, want ErrCommitUncertain after 1", err, calls.Load())
+			}
+		})
 	}
 }
 

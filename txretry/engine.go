@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"reflect"
@@ -550,11 +549,9 @@ func notCommitted(err error) bool {
 		// The adapter knows its driver's answer (see NotCommitted).
 		return true
 	}
-	if errors.Is(err, driver.ErrBadConn) {
-		// database/sql/driver: "ErrBadConn should be returned ... to signal
-		// ... that the driver did not perform the operation".
-		return true
-	}
+	// driver.ErrBadConn proves nothing here: lib/pq returns it after
+	// sending COMMIT. The database/sql adapter marks it where its driver's
+	// source shows that nothing was sent (see SQLTx.Commit).
 	if safe, ok := safeToRetry(err); ok && safe {
 		// pgconn: nothing was sent to the server.
 		return true

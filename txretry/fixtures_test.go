@@ -81,6 +81,16 @@ func failFirst(n int, err error) func(context.Context, int, string, []driver.Nam
 	}
 }
 
+// failFirstCommit is an OnCommit hook that fails the first COMMIT with err.
+func failFirstCommit(err error) func(int) error {
+	return func(n int) error {
+		if n == 1 {
+			return err
+		}
+		return nil
+	}
+}
+
 func fmtWrap(err error) error { return &wrapped{err} }
 
 type wrapped struct{ err error }

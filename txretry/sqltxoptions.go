@@ -39,8 +39,10 @@ func BeginSQLOn[T SQLTransaction](ctx context.Context, db DB, o TxOptions, begin
 	if o.LockTimeout > 0 {
 		d, _ = sqlDialect(db, "WithLockTimeout") // before BEGIN: a *sql.Conn's Raw would wait for the transaction
 	}
+	drv := sqlDriverOf(db) // before BEGIN too
 	tx, err := BeginSQL(ctx, begin)
 	if err == nil {
+		tx.driver = drv
 		err = setLockTimeout(ctx, d, tx, o)
 	}
 	if err != nil {

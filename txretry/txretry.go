@@ -108,6 +108,7 @@ type SQLTransaction interface {
 type SQLTx[T SQLTransaction] struct {
 	Tx     T
 	cancel context.CancelFunc
+	driver sqlDriver // BeginSQLOn's db's; BeginSQL's are sqlDriverOther
 }
 
 // BeginSQL begins a transaction with begin, which must begin it on the
@@ -148,14 +149,20 @@ func (t *SQLTx[T]) bounded(timeout time.Duration, f func() error) error {
 
 // Commit commits within timeout. An error that proves nothing was
 // committed is marked with NotCommitted: sql.ErrTxDone (fn ended the
-// transaction itself, reported as ErrTxEndedByFn) and pgx's
-// ErrTxCommitRollback through its stdlib driver.
+// transaction itself, reported as ErrTxEndedByFn), pgx's
+// ErrTxCommitRollback through its stdlib driver, and, on a transaction
+// begun with BeginSQLOn, what the driver of its db proves (see the package
+// documentation): driver.ErrBadConn from go-sql-driver/mysql or pgx's
+// stdlib, lib/pq's ErrInFailedTransaction. Any other driver.ErrBadConn is
+// uncertain, lib/pq's included.
 func (t *SQLTx[T]) Commit(ctx context.Context, timeout time.Duration) error {
 	err := t.bounded(timeout, t.Tx.Commit)
 	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, sql.ErrTxDone):
 		return NotCommitted(fmt.Errorf("%w: %w", ErrTxEndedByFn, err))
-	case walk(err, func(e error) bool { return e.Error() == pgxCommitRollbackMsg }):
+	case walk(err, func(e error) bool { return e.Error() == pgxCommitRollbackMsg }), t.driver.provenNotCommitted(err):
 		return NotCommitted(err)
 	}
 	return err

@@ -107,14 +107,7 @@ func SetLockTimeout(d time.Duration) string {
 // Of returns the dialect of a database/sql driver or driver connection,
 // from the package that defines its type (drivers are not imported).
 func Of(v any) Dialect {
-	t := reflect.TypeOf(v)
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == nil {
-		return Unknown
-	}
-	switch p := t.PkgPath(); {
+	switch p := PkgPath(v); {
 	case p == "github.com/lib/pq", p == "github.com/jackc/pgx/stdlib",
 		strings.HasPrefix(p, "github.com/jackc/pgx/v") && strings.HasSuffix(p, "/stdlib"):
 		return Postgres
@@ -122,4 +115,18 @@ func Of(v any) Dialect {
 		return MySQL
 	}
 	return Unknown
+}
+
+// PkgPath returns the path of the package that defines v's type (behind
+// pointers), "" for nil or an unnamed type: how adapters tell a
+// database/sql driver or driver connection without importing its package.
+func PkgPath(v any) string {
+	t := reflect.TypeOf(v)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return ""
+	}
+	return t.PkgPath()
 }
