@@ -416,13 +416,12 @@ func (c *stepCell) run(t *testing.T, p *stepPath) {
 				arm(c.mode.probe, c.mode.probeNth, tr.timing)
 			}
 		case atLease:
-			// fn reports conflicts until the manager, a fresh one, has
-			// closed its gate and taken its lease, whose lock is broken.
-			m, err := txretry.NewContentionManager(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			opts = append(opts, txretry.WithContentionManager(m), txretry.WithBackoff(txretry.Constant(0)))
+			// A fresh manager's domain is made hot without the database
+			// (hotDomain); then fn reports conflicts, real ones, until
+			// the manager has taken its lease, whose lock is broken: the
+			// first conflict of an attempt alone in the closed gate.
+			m := hotDomain(t, "lease")
+			opts = append(opts, txretry.WithContentionManager(m), txretry.WithLabel("lease"), txretry.WithBackoff(txretry.Constant(0)))
 			lock := contains("pg_advisory_xact_lock")
 			if p.mysql {
 				lock = contains("get_lock(")
@@ -605,4 +604,42 @@ func stepTableRow(c *stepCell) string {
 		}
 	}
 	return b.String()
+}
+
+// hotDomain returns a fresh contention manager whose domain label has
+// closed its gate: a call of an adapter without a database (and without a
+// lease) conflicts until the gate is sure to have closed, which takes a
+// quarter of the domain's recent attempts conflicting (see
+// txretry/contention.md), then commits.
+func hotDomain(t *testing.T, label string) *txretry.ContentionManager {
+	t.Helper()
+	m, err := txretry.NewContentionManager(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &conflicts{n: 30}
+	if err := txretry.Run(context.Background(), a, txretry.WithContentionManager(m), txretry.WithLabel(label),
+		txretry.WithBackoff(txretry.Constant(0))); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// conflicts is an Adapter without a database whose fn reports n
+// serialization failures, then returns nil.
+type conflicts struct{ n int }
+
+type noTx struct{}
+
+func (noTx) Commit(context.Context, time.Duration) error   { return nil }
+func (noTx) Rollback(context.Context, time.Duration) error { return nil }
+func (noTx) Exec(context.Context, string) error            { return nil }
+
+func (*conflicts) Begin(context.Context, txretry.TxOptions) (noTx, error) { return noTx{}, nil }
+
+func (a *conflicts) Call(context.Context, noTx) error {
+	if a.n--; a.n >= 0 {
+		return &pgconn.PgError{Code: "40001"}
+	}
+	return nil
 }
