@@ -348,7 +348,6 @@ type stepCell struct {
 	trials, lost, twice, failedApplied, unexpected int
 	outcomes                                       map[string]int // by kind
 	armed, fired                                   map[string]int // by step
-	violations                                     []string
 }
 
 // stepTrial is one trial's fault and outcome.
@@ -492,7 +491,6 @@ func (c *stepCell) record(t *testing.T, p *stepPath, tr *stepTrial) {
 	if bad != "" {
 		v := fmt.Sprintf("%s: step %s %s, fired %v, %d runs of fn: %s, returned %s (%v), %d rows",
 			tr.id, tr.step, timingName(tr.timing), c.firedAll(tr), tr.runs, bad, kind, tr.err, n)
-		c.violations = append(c.violations, v)
 		t.Error(v)
 	}
 }
