@@ -84,15 +84,18 @@ func pgxNative(t *testing.T) *path {
 	}
 	t.Cleanup(pool.Close)
 	return &path{name: "pgx", proto: faultproxy.Postgres, pg: true, direct: direct, proxy: proxy, ph: pgPlaceholder,
-		inUse: func() int { return int(pool.Stat().AcquiredConns()) },
-		run: func(ctx context.Context, fn func(context.Context, execer) error, opts ...txretry.Option) error {
-			return pgxretry.RunInTx(ctx, pool, func(ctx context.Context, tx pgx.Tx) error {
-				return fn(ctx, func(ctx context.Context, q string, args ...any) error {
-					_, err := tx.Exec(ctx, q, args...)
-					return err
-				})
-			}, opts...)
-		}}
+		inUse: func() int { return int(pool.Stat().AcquiredConns()) }, run: pgxRunner(pool)}
+}
+
+func pgxRunner(pool *pgxpool.Pool) runner {
+	return func(ctx context.Context, fn func(context.Context, execer) error, opts ...txretry.Option) error {
+		return pgxretry.RunInTx(ctx, pool, func(ctx context.Context, tx pgx.Tx) error {
+			return fn(ctx, func(ctx context.Context, q string, args ...any) error {
+				_, err := tx.Exec(ctx, q, args...)
+				return err
+			})
+		}, opts...)
+	}
 }
 
 func sqlRunner(db *sql.DB) runner {

@@ -151,6 +151,7 @@ func runFaultCases(t *testing.T, p *Proxy, cl client) {
 	}{
 		{fault: DropBeforeCommit, committed: false},
 		{fault: DropAfterCommit, committed: true},
+		{fault: DropMidReply, committed: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.fault.String(), func(t *testing.T) {

@@ -10,9 +10,17 @@ import (
 
 const (
 	// myHeader is the size of a packet header: 3-byte length + sequence id.
-	myHeader   = 4
-	myComQuery = 0x03
-	myOK       = 0x00
+	myHeader = 4
+	myOK     = 0x00
+
+	// Commands.
+	myComQuit            = 0x01
+	myComQuery           = 0x03
+	myComStmtPrepare     = 0x16
+	myComStmtExecute     = 0x17
+	myComStmtSendLong    = 0x18
+	myComStmtClose       = 0x19
+	myMaxInspectedPacket = 1 << 20 // commands larger than this are streamed unparsed
 
 	// Capability flags.
 	myClientCompress        = 1 << 5
@@ -28,7 +36,7 @@ func (p *Proxy) serveMySQL(client net.Conn) {
 		return
 	}
 	defer p.untrack(server)
-	s := &mySession{session: p.newSession(client, server)}
+	s := &mySession{session: p.newSession(client, server), prepared: make(map[uint32]string)}
 	s.run(
 		func() error { return s.clientToServer(bufio.NewReader(client), bufio.NewWriter(server)) },
 		func() error { return s.serverToClient(bufio.NewReader(server), bufio.NewWriter(client)) },
@@ -49,6 +57,14 @@ type mySession struct {
 	// set by the client pump from its handshake response.
 	compress   atomic.Bool
 	queryAttrs atomic.Bool
+
+	// Under the session's mu: the text of the statement whose
+	// COM_STMT_PREPARE awaits its reply ("" when none), set by the client
+	// pump; the prepared statements' texts by id, set by the server pump
+	// from the reply.
+	preparing string
+	replyDue  bool // a command that has a reply was forwarded; its first packet is still to come
+	prepared  map[uint32]string
 }
 
 // next flushes w if r has nothing buffered, then reads the next packet's
@@ -121,7 +137,7 @@ func (s *mySession) clientToServer(r *bufio.Reader, w *bufio.Writer) error {
 			}
 			continue
 		}
-		if seq != 0 || n > maxCommitText || !s.commandPhase.Load() {
+		if seq != 0 || n > myMaxInspectedPacket || !s.commandPhase.Load() {
 			if err := writeHeader(w, n, seq); err != nil {
 				return err
 			}
@@ -135,8 +151,8 @@ func (s *mySession) clientToServer(r *bufio.Reader, w *bufio.Writer) error {
 			return err
 		}
 		fault := None
-		if text, ok := s.queryText(body); ok && isCommit(MySQL, text) {
-			fault = s.commit(pending{})
+		if text, ok := s.command(body); ok {
+			fault = s.request(text, isCommit(MySQL, text), pending{})
 		}
 		if fault == DropBeforeCommit {
 			s.close()
@@ -148,18 +164,65 @@ func (s *mySession) clientToServer(r *bufio.Reader, w *bufio.Writer) error {
 		if _, err := w.Write(body); err != nil {
 			return err
 		}
-		if fault == DropAfterCommit {
+		if fault == DropAfterCommit || fault == DropMidReply {
 			_ = w.Flush()
 			return s.hold()
 		}
 	}
 }
 
-// queryText returns the statement text of a COM_QUERY payload.
-func (s *mySession) queryText(body []byte) (string, bool) {
-	if len(body) < 1 || body[0] != myComQuery {
+// command notes a command packet the client pump is about to forward and
+// returns its statement text if it is a request (see Trigger).
+func (s *mySession) command(body []byte) (text string, request bool) {
+	if len(body) == 0 {
 		return "", false
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.preparing = ""
+	switch body[0] {
+	case myComQuit, myComStmtSendLong, myComStmtClose: // no reply
+		if body[0] == myComStmtClose && len(body) >= 5 {
+			delete(s.prepared, binary.LittleEndian.Uint32(body[1:]))
+		}
+		return "", false
+	case myComQuery:
+		s.replyDue = true
+		return s.queryText(body)
+	case myComStmtPrepare:
+		s.replyDue = true
+		s.preparing = string(body[1:])
+		return s.preparing, true
+	case myComStmtExecute:
+		s.replyDue = true
+		if len(body) < 5 {
+			return "", true
+		}
+		return s.prepared[binary.LittleEndian.Uint32(body[1:])], true
+	}
+	s.replyDue = true
+	return "", false
+}
+
+// replyStarts reports whether a packet from the server is the first of the
+// reply to the last command, and notes the statement id of a
+// COM_STMT_PREPARE's reply (OK: 0x00, then the id).
+func (s *mySession) replyStarts(first []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.replyDue {
+		return false
+	}
+	s.replyDue = false
+	if s.preparing != "" && len(first) >= 5 && first[0] == myOK {
+		s.prepared[binary.LittleEndian.Uint32(first[1:])] = s.preparing
+	}
+	s.preparing = ""
+	return true
+}
+
+// queryText returns the statement text of a COM_QUERY payload.
+func (s *mySession) queryText(body []byte) (string, bool) {
 	body = body[1:]
 	if s.queryAttrs.Load() {
 		// parameter_count, parameter_set_count; COMMIT has no parameters.
@@ -236,23 +299,46 @@ func (s *mySession) serverToClient(r *bufio.Reader, w *bufio.Writer) error {
 			}
 			continue
 		}
-		if pf, ok := s.head(); ok {
-			// This packet is the reply to the COMMIT: the client sends a
-			// command only after the whole reply to the previous one.
-			switch pf.fault {
-			case StallReply:
-				if err := s.stallReply(w, pf); err != nil {
-					return err
-				}
-			case DropAfterCommit:
-				// OK and ERR packets are single packets.
-				if _, err := io.CopyN(io.Discard, r, n); err != nil {
-					return err
-				}
-				_ = w.Flush()
-				s.close()
-				return errFault
+		s.mu.Lock()
+		due := s.replyDue
+		s.mu.Unlock()
+		if due {
+			// The first packet of the reply to the last command: the
+			// client sends a command only after the whole reply to the
+			// previous one.
+			body, err := readBody(r, n)
+			if err != nil {
+				return err
 			}
+			s.replyStarts(body)
+			if pf, ok := s.head(); ok {
+				switch pf.fault {
+				case StallReply:
+					if err := s.stallReply(w, pf); err != nil {
+						return err
+					}
+				case DropAfterCommit:
+					// The server has run the command when it starts its
+					// reply; an OK or ERR is all of it.
+					_ = w.Flush()
+					s.close()
+					return errFault
+				case DropMidReply:
+					if err := writeHeader(w, n, seq); err == nil && len(body) > 0 {
+						_, _ = w.Write(body[:len(body)-1])
+					}
+					_ = w.Flush()
+					s.close()
+					return errFault
+				}
+			}
+			if err := writeHeader(w, n, seq); err != nil {
+				return err
+			}
+			if _, err := w.Write(body); err != nil {
+				return err
+			}
+			continue
 		}
 		if err := writeHeader(w, n, seq); err != nil {
 			return err

@@ -58,8 +58,8 @@ func (p *Proxy) servePostgres(client net.Conn) {
 	}
 	s := &pgSession{
 		session: p.newSession(client, server),
-		stmts:   make(map[string]bool),
-		portals: make(map[string]bool),
+		stmts:   make(map[string]string),
+		portals: make(map[string]string),
 		zSent:   1, // the startup message is answered by ReadyForQuery
 	}
 	s.run(
@@ -112,17 +112,17 @@ type pgSession struct {
 	*session
 
 	// Client pump only.
-	stmts   map[string]bool // prepared statement name -> text is COMMIT
-	portals map[string]bool // portal name -> bound statement is COMMIT
-	zSent   int             // ReadyForQuery messages the server owes so far
+	stmts   map[string]string // prepared statement name -> text
+	portals map[string]string // portal name -> text of its statement
+	zSent   int               // ReadyForQuery messages the server owes so far
 
 	// Server pump only.
 	zRecv int // ReadyForQuery messages received
 }
 
-// clientToServer forwards client messages, recognising COMMIT.
+// clientToServer forwards client messages, recognising requests and COMMIT.
 func (s *pgSession) clientToServer(r *bufio.Reader, w *bufio.Writer) error {
-	holdAt := 0 // after a DropAfterCommit COMMIT: zSent at which to stop
+	holdAt := 0 // after a request whose reply is dropped: zSent at which to stop
 	for {
 		if holdAt > 0 && s.zSent >= holdAt {
 			_ = w.Flush()
@@ -152,24 +152,25 @@ func (s *pgSession) clientToServer(r *bufio.Reader, w *bufio.Writer) error {
 		if err != nil {
 			return err
 		}
-		commit := false
+		request, text := false, ""
 		switch typ {
 		case 'Q': // Query: text
-			text, _, ok := cstring(body)
+			t, _, ok := cstring(body)
 			if !ok {
 				return errMalformed
 			}
 			// A simple query destroys the unnamed statement and portal.
 			delete(s.stmts, "")
 			delete(s.portals, "")
-			commit = isCommit(Postgres, text)
+			request, text = true, t
 		case 'P': // Parse: statement name, text, parameter types
 			name, rest, ok := cstring(body)
-			text, _, ok2 := cstring(rest)
+			t, _, ok2 := cstring(rest)
 			if !ok || !ok2 {
 				return errMalformed
 			}
-			s.stmts[name] = isCommit(Postgres, text)
+			s.stmts[name] = t
+			request, text = true, t
 		case 'B': // Bind: portal name, statement name, ...
 			portal, rest, ok := cstring(body)
 			stmt, _, ok2 := cstring(rest)
@@ -182,7 +183,7 @@ func (s *pgSession) clientToServer(r *bufio.Reader, w *bufio.Writer) error {
 			if !ok {
 				return errMalformed
 			}
-			commit = s.portals[portal]
+			request, text = true, s.portals[portal]
 		case 'C': // Close: 'S' or 'P', name
 			if len(body) < 1 {
 				return errMalformed
@@ -198,15 +199,17 @@ func (s *pgSession) clientToServer(r *bufio.Reader, w *bufio.Writer) error {
 				delete(s.portals, name)
 			}
 		}
-		if commit {
-			// The reply to this COMMIT follows ReadyForQuery number zSent
+		if request {
+			// The reply to this request follows ReadyForQuery number zSent
 			// and ends with the next one (produced by this Query, or by the
-			// Sync that follows this Execute).
-			switch s.commit(pending{zBefore: s.zSent, zTarget: s.zSent + 1}) {
+			// Sync that follows this Parse or Execute). Parse is a COMMIT
+			// only when executed.
+			commit := typ != 'P' && isCommit(Postgres, text)
+			switch s.request(text, commit, pending{zBefore: s.zSent, zTarget: s.zSent + 1}) {
 			case DropBeforeCommit:
 				s.close()
 				return errFault
-			case DropAfterCommit:
+			case DropAfterCommit, DropMidReply:
 				holdAt = s.zSent + 1
 			}
 		}
@@ -250,6 +253,13 @@ func (s *pgSession) serverToClient(r *bufio.Reader, w *bufio.Writer) error {
 			case StallReply:
 				if err := s.stallReply(w, pf); err != nil {
 					return err
+				}
+			case DropMidReply:
+				if typ == 'Z' && s.zRecv+1 >= pf.zTarget {
+					// Everything but the reply's end went on.
+					_ = w.Flush()
+					s.close()
+					return errFault
 				}
 			case DropAfterCommit:
 				if _, err := io.CopyN(io.Discard, r, n-4); err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,7 +37,9 @@ func (p Protocol) String() string {
 	}
 }
 
-// Fault is what the proxy does to a connection when it sees a COMMIT.
+// Fault is what the proxy does to a connection when it sees a COMMIT, or
+// the request that a [Trigger] chose (the names say COMMIT; on a trigger
+// they apply to that request).
 type Fault int
 
 const (
@@ -52,6 +55,11 @@ const (
 	// [Proxy.Release] is called or the proxy is closed; the client sees a
 	// timeout if it has one.
 	StallReply
+	// DropMidReply forwards the COMMIT and then only part of the server's
+	// reply, and closes both sides: on PostgreSQL every message of the
+	// reply but its final ReadyForQuery (the client has seen the command
+	// tag), on MySQL the reply's first packet without its last byte.
+	DropMidReply
 )
 
 // String returns the fault name.
@@ -65,12 +73,14 @@ func (f Fault) String() string {
 		return "DropAfterCommit"
 	case StallReply:
 		return "StallReply"
+	case DropMidReply:
+		return "DropMidReply"
 	default:
 		return fmt.Sprintf("Fault(%d)", int(f))
 	}
 }
 
-func (f Fault) valid() bool { return f >= None && f <= StallReply }
+func (f Fault) valid() bool { return f >= None && f <= DropMidReply }
 
 // Stats counts what the proxy has seen since [Start].
 type Stats struct {
@@ -79,8 +89,13 @@ type Stats struct {
 	Conns int
 	// Commits is the number of COMMIT statements recognised.
 	Commits int
-	// Faults is the number of faults injected, by kind; None is never a key.
+	// Requests is the number of requests seen (see [Trigger]).
+	Requests int
+	// Faults is the number of faults injected, by kind, at COMMITs and by
+	// triggers; None is never a key.
 	Faults map[Fault]int
+	// Triggered is the number of triggers that fired.
+	Triggered int
 	// CancelRequestsBlocked is the number of PostgreSQL cancel requests
 	// swallowed because of [Proxy.BlockCancelRequests].
 	CancelRequestsBlocked int
@@ -120,6 +135,7 @@ type Proxy struct {
 	closed   bool
 	armed    Fault
 	policy   func(conn, commit int) Fault
+	triggers []*trigger
 	release  chan struct{}
 	conns    map[net.Conn]struct{}
 	nextConn int
@@ -178,6 +194,67 @@ func (p *Proxy) Arm(f Fault) {
 func (p *Proxy) SetPolicy(policy func(conn, commit int) Fault) {
 	p.mu.Lock()
 	p.policy = policy
+	p.mu.Unlock()
+}
+
+// Trigger chooses a request by its statement text and breaks its
+// connection with Fault ([DropBeforeCommit], [DropAfterCommit],
+// [DropMidReply] or [StallReply], applied to that request whatever it is).
+//
+// A request is a client message that runs or prepares a statement:
+// PostgreSQL's Query, Parse and Execute (whose text is that of the
+// statement bound to the portal executed), MySQL's COM_QUERY,
+// COM_STMT_PREPARE and COM_STMT_EXECUTE (whose text is that of the
+// prepared statement). A statement prepared once and executed later is
+// thus two requests. The reply to a PostgreSQL request is the reply up to
+// the ReadyForQuery of the Query or of the Sync that follows the Parse or
+// Execute; to a MySQL request, the server's packets up to the client's
+// next command.
+type Trigger struct {
+	// Match reports whether a request's statement text is one the trigger
+	// counts; nil counts every request. It is called with the proxy's
+	// lock held, one request at a time, and must not call the proxy.
+	Match func(text string) bool
+	// Nth is the 1-based number, among the requests that Match accepted
+	// since the trigger was armed, on any connection, of the one that
+	// gets Fault; below 1 means 1. When two triggers reach their number
+	// at one request, the one armed first fires; the other fires at its
+	// next match.
+	Nth int
+	// Fault is what the proxy does at that request; None counts the
+	// request and does nothing.
+	Fault Fault
+}
+
+// trigger is an armed Trigger; seen and the list are under the proxy's
+// lock.
+type trigger struct {
+	Trigger
+	seen  int
+	fired atomic.Bool
+}
+
+// ArmAt arms t: it fires once, at the request it chooses, and is then
+// disarmed. Triggers come before [Proxy.Arm] and the policy: a COMMIT
+// chosen by a trigger gets the trigger's fault. It returns a function
+// that reports whether t has fired. A Fault other than the declared ones
+// is treated as None.
+func (p *Proxy) ArmAt(t Trigger) (fired func() bool) {
+	if !t.Fault.valid() {
+		t.Fault = None
+	}
+	tr := &trigger{Trigger: t}
+	p.mu.Lock()
+	p.triggers = append(p.triggers, tr)
+	p.mu.Unlock()
+	return tr.fired.Load
+}
+
+// Disarm removes every trigger that has not fired and the fault set by
+// [Proxy.Arm]; the policy stays.
+func (p *Proxy) Disarm() {
+	p.mu.Lock()
+	p.triggers, p.armed = nil, None
 	p.mu.Unlock()
 }
 
@@ -303,16 +380,26 @@ func (p *Proxy) newSession(client, server net.Conn) *session {
 	return &session{p: p, id: id, client: client, server: server, done: make(chan struct{})}
 }
 
-// commitSeen counts a COMMIT on connection conn and chooses its fault.
-func (p *Proxy) commitSeen(conn, commit int) (Fault, <-chan struct{}) {
+// requestSeen counts a request on connection conn, with its statement text
+// and whether it is a COMMIT, and chooses its fault: a trigger's, else for
+// a COMMIT the armed fault or the policy's. commits is the connection's
+// count of COMMITs, updated here.
+func (p *Proxy) requestSeen(conn int, text string, commit bool, commits *int) (Fault, <-chan struct{}) {
 	p.mu.Lock()
-	f := p.armed
-	p.armed = None
-	policy := p.policy
-	p.stats.Commits++
+	p.stats.Requests++
+	f := p.triggerLocked(text)
+	var policy func(conn, commit int) Fault
+	if commit {
+		*commits++
+		p.stats.Commits++
+		if f == None {
+			f, p.armed = p.armed, None
+			policy = p.policy
+		}
+	}
 	p.mu.Unlock()
 	if f == None && policy != nil {
-		f = policy(conn, commit)
+		f = policy(conn, *commits)
 		if !f.valid() {
 			f = None
 		}
@@ -323,6 +410,29 @@ func (p *Proxy) commitSeen(conn, commit int) (Fault, <-chan struct{}) {
 		p.stats.Faults[f]++
 	}
 	return f, p.release
+}
+
+// triggerLocked counts a request of text for every armed trigger that
+// matches it and fires the first one, in arming order, that reached its
+// number: it returns that trigger's fault and disarms it.
+func (p *Proxy) triggerLocked(text string) Fault {
+	var fire *trigger
+	for _, tr := range p.triggers {
+		if tr.Match != nil && !tr.Match(text) {
+			continue
+		}
+		tr.seen++
+		if fire == nil && tr.seen >= max(tr.Nth, 1) {
+			fire = tr
+		}
+	}
+	if fire == nil {
+		return None
+	}
+	p.triggers = slices.DeleteFunc(p.triggers, func(tr *trigger) bool { return tr == fire })
+	fire.fired.Store(true)
+	p.stats.Triggered++
+	return fire.Fault
 }
 
 func (p *Proxy) countCancel(blocked bool) {
@@ -339,8 +449,9 @@ func (p *Proxy) countCancel(blocked bool) {
 type pending struct {
 	fault   Fault
 	release <-chan struct{}
-	// PostgreSQL only: the reply to the COMMIT starts after ReadyForQuery
-	// number zBefore and ends with ReadyForQuery number zTarget.
+	// PostgreSQL only: the reply to the request starts after
+	// ReadyForQuery number zBefore and ends with ReadyForQuery number
+	// zTarget.
 	zBefore, zTarget int
 }
 
@@ -367,14 +478,14 @@ func (s *session) close() {
 	})
 }
 
-// commit records a COMMIT seen by the client pump and returns its fault.
-// For DropAfterCommit and StallReply the fault is queued for the server pump,
-// with the protocol-specific fields of pf filled in by the caller; the caller
-// forwards the COMMIT only afterwards.
-func (s *session) commit(pf pending) Fault {
-	s.commits++
-	f, release := s.p.commitSeen(s.id, s.commits)
-	if f == DropAfterCommit || f == StallReply {
+// request records a request seen by the client pump and returns its
+// fault. For the faults that act on the reply (DropAfterCommit,
+// DropMidReply, StallReply) the fault is queued for the server pump, with
+// the protocol-specific fields of pf filled in by the caller; the caller
+// forwards the request only afterwards.
+func (s *session) request(text string, commit bool, pf pending) Fault {
+	f, release := s.p.requestSeen(s.id, text, commit, &s.commits)
+	if f == DropAfterCommit || f == DropMidReply || f == StallReply {
 		pf.fault, pf.release = f, release
 		s.mu.Lock()
 		s.pending = append(s.pending, pf)
@@ -426,8 +537,8 @@ func (s *session) stall(pf pending) bool {
 	}
 }
 
-// hold blocks the client pump until the session ends (after a
-// DropAfterCommit COMMIT was forwarded, nothing more may reach the server).
+// hold blocks the client pump until the session ends (after a request
+// whose reply is dropped was forwarded, nothing more may reach the server).
 func (s *session) hold() error {
 	<-s.done
 	return errFault
