@@ -15,21 +15,15 @@ import (
 )
 
 // ContentionManager spaces out the attempts of the transactions that
-// conflict with each other, and leaves every other transaction alone: it
-// keeps a conflict domain per WithConflictDomain or WithLabel name or,
-// without one, per function fn (told by AdapterFunc), named the same in
-// every build: a function or method by its import path and name (a method
-// value as its method; a generic function's instantiations share one), a
-// closure by its file's base name and line. A domain's first conflict
-// closes a FIFO gate (a retry keeps its call's place; callers wait before
-// BEGIN, within their deadline) whose width then follows the domain's
-// commits per second, until it opens again. A conflict that no gated
-// attempt of the manager overlapped came from another process: the caller
-// pauses in its place, and through an AdapterLease the processes take
-// turns on the domain under a database lock. Its zero value is
-// NewContentionManager(0); it is safe for concurrent use. By default each
-// database handle has its own (see ManagerFor). The design and its
-// constants: contention.md.
+// conflict with each other, and leaves every other transaction alone. It
+// keeps a conflict domain per WithConflictDomain or WithLabel name, else
+// per function fn (see domainKey). A domain's first conflict closes a FIFO
+// gate whose width then follows the domain's commits per second; a conflict
+// that no gated attempt of the manager overlapped came from another
+// process, and through an AdapterLease the processes take turns on the
+// domain under a database lock. Its zero value is NewContentionManager(0);
+// it is safe for concurrent use; by default each database handle has its
+// own (see ManagerFor). The design and its constants: contention.md.
 type ContentionManager struct {
 	max        int      // a gate this wide opens; 0: DefaultContentionWidth
 	domains    sync.Map // domainKey → *cmDomain
@@ -84,27 +78,6 @@ func domainKey(name string, fn any) string {
 		return n
 	}
 	return "label:"
-}
-
-// WithConflictDomain names the call's conflict domain in the contention
-// manager: the calls with one name queue together when they conflict,
-// apart from every other domain, whatever their function or label. It
-// names the domain apart from WithLabel, which observers also use as a
-// metric attribute: a name made at run time (per tenant, per hot row)
-// multiplies domains here, at most 1024 a manager (the calls of any
-// further domain share one), and no metric's series. The name is the one
-// a label would give: WithConflictDomain("transfer") and
-// WithLabel("transfer") share a domain. Default: the WithLabel name, else
-// the function fn (see ContentionManager). An empty name returns
-// ErrInvalidOption.
-func WithConflictDomain(name string) Option {
-	return func(c *config) {
-		if name == "" {
-			c.fail("WithConflictDomain(\"\"): a domain needs a name")
-			return
-		}
-		c.domain = name
-	}
 }
 
 // domain returns the domain of k, made on first use.

@@ -335,6 +335,27 @@ func WithRand(float64 func() float64) Option {
 	}
 }
 
+// WithConflictDomain names the call's conflict domain in the contention
+// manager: the calls with one name queue together when they conflict,
+// apart from every other domain, whatever their function or label. It
+// names the domain apart from WithLabel, which observers also use as a
+// metric attribute: a name made at run time (per tenant, per hot row)
+// multiplies domains here, at most 1024 a manager (the calls of any
+// further domain share one), and no metric's series. The name is the one
+// a label would give: WithConflictDomain("transfer") and
+// WithLabel("transfer") share a domain. Default: the WithLabel name, else
+// the function fn (see ContentionManager). An empty name returns
+// ErrInvalidOption.
+func WithConflictDomain(name string) Option {
+	return func(c *config) {
+		if name == "" {
+			c.fail("WithConflictDomain(\"\"): a domain needs a name")
+			return
+		}
+		c.domain = name
+	}
+}
+
 // WithLabel names the operation (for example "transfer"), for observers,
 // logs and metrics, and as the call's conflict domain in the contention
 // manager: calls with one label queue together when they conflict, apart
