@@ -22,7 +22,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/lib/pq"
 
@@ -191,16 +190,7 @@ func stepPostgres(t *testing.T, pool func(t *testing.T, proxied *pgx.ConnConfig,
 }
 
 func stepPgxPool(t *testing.T, proxied *pgx.ConnConfig, direct *sql.DB, proxy *faultproxy.Proxy) *stepPath {
-	pcfg, err := pgxpool.ParseConfig("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.ConnConfig = proxied
-	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := newPgxPool(t, "", proxied)
 	return &stepPath{proxy: proxy, direct: direct, close: pool.Close,
 		sessions: sessionCounter(direct, true),
 		inUse:    func() int { return int(pool.Stat().AcquiredConns()) },

@@ -73,18 +73,26 @@ func pgSetup(t *testing.T) (dsn string, direct *sql.DB, proxy *faultproxy.Proxy,
 
 func pgxNative(t *testing.T) *path {
 	dsn, direct, proxy, proxied := pgSetup(t)
+	pool := newPgxPool(t, dsn, proxied)
+	return &path{name: "pgx", proto: faultproxy.Postgres, pg: true, direct: direct, proxy: proxy, ph: pgPlaceholder,
+		inUse: func() int { return int(pool.Stat().AcquiredConns()) }, run: pgxRunner(pool)}
+}
+
+// newPgxPool opens a pgxpool with dsn's pool settings whose connections
+// use cc (a proxied configuration), closed at t's cleanup.
+func newPgxPool(t *testing.T, dsn string, cc *pgx.ConnConfig) *pgxpool.Pool {
+	t.Helper()
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pcfg.ConnConfig = proxied
+	pcfg.ConnConfig = cc
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return &path{name: "pgx", proto: faultproxy.Postgres, pg: true, direct: direct, proxy: proxy, ph: pgPlaceholder,
-		inUse: func() int { return int(pool.Stat().AcquiredConns()) }, run: pgxRunner(pool)}
+	return pool
 }
 
 func pgxRunner(pool *pgxpool.Pool) runner {
