@@ -223,15 +223,7 @@ func sqlStepPath(t *testing.T, db, direct *sql.DB, proxy *faultproxy.Proxy, mysq
 }
 
 func stepMySQL(t *testing.T) func(*testing.T) *stepPath {
-	cfg, err := mysql.ParseDSN(dbservertest.MySQL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	direct, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { direct.Close() })
+	cfg, direct := mysqlDirect(t)
 	prepareLedger(t, direct, false)
 	return func(t *testing.T) *stepPath {
 		proxy := faultproxy.StartPartition(t, cfg.Addr, faultproxy.MySQL)

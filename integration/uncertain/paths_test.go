@@ -138,10 +138,12 @@ func pqPath(t *testing.T) *path {
 		inUse: func() int { return db.Stats().InUse }, run: sqlRunner(db)}
 }
 
-func mysqlPath(t *testing.T) *path {
+// mysqlDirect is the test MySQL server's configuration, in a fresh
+// database, and a direct connection to it (not through a proxy), closed at
+// t's cleanup.
+func mysqlDirect(t *testing.T) (*mysql.Config, *sql.DB) {
 	t.Helper()
-	dsn := dbservertest.MySQL(t)
-	cfg, err := mysql.ParseDSN(dsn)
+	cfg, err := mysql.ParseDSN(dbservertest.MySQL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,6 +152,12 @@ func mysqlPath(t *testing.T) *path {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { direct.Close() })
+	return cfg, direct
+}
+
+func mysqlPath(t *testing.T) *path {
+	t.Helper()
+	cfg, direct := mysqlDirect(t)
 	prepare(t, direct, false)
 	proxy := faultproxy.StartPartition(t, cfg.Addr, faultproxy.MySQL)
 	pc := cfg.Clone()
