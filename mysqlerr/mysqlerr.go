@@ -94,6 +94,33 @@ const (
 	// killed", also sent to clients at shutdown. Opt-in, see
 	// [IsConnectionLoss]. Source: MariaDB error codes.
 	ConnectionKilled uint16 = 1927
+
+	// ClientInteractionTimeout (4031, ER_CLIENT_INTERACTION_TIMEOUT, MySQL
+	// 8.0.24 and later): "The client was disconnected by the server because
+	// of inactivity", sent before MySQL closes a session idle past
+	// wait_timeout; the session's transaction was rolled back. Opt-in, see
+	// [IsConnectionLoss]. Source: MySQL Server Error Message Reference.
+	ClientInteractionTimeout uint16 = 4031
+
+	// QueryInterrupted (1317, ER_QUERY_INTERRUPTED, SQLSTATE 70100): "Query
+	// execution was interrupted", the answer to KILL QUERY. Not classified.
+	// Source: MySQL Server Error Message Reference.
+	QueryInterrupted uint16 = 1317
+
+	// LockNowait (3572, ER_LOCK_NOWAIT, MySQL): "Statement aborted because
+	// lock(s) could not be acquired immediately and NOWAIT is set". Not
+	// classified. Source: MySQL Server Error Message Reference.
+	LockNowait uint16 = 3572
+
+	// OptionPreventsStatement (1290, ER_OPTION_PREVENTS_STATEMENT): a server
+	// running with read_only or super_read_only refused a write. Not
+	// classified. Source: MySQL Server Error Message Reference.
+	OptionPreventsStatement uint16 = 1290
+
+	// ReadOnlyTransaction (1792, ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION,
+	// SQLSTATE 25006): a write in a READ ONLY transaction. Not classified.
+	// Source: MySQL Server Error Message Reference.
+	ReadOnlyTransaction uint16 = 1792
 )
 
 // Number returns the error number of the first *mysql.MySQLError in err's
@@ -136,14 +163,14 @@ func IsRetryable(err error) bool {
 }
 
 // IsConnectionLoss is an opt-in class: it reports whether err's tree holds
-// go-sql-driver's ErrInvalidConn (the connection broke under a command) or
-// ER_SERVER_SHUTDOWN (1053) or ER_CONNECTION_KILLED (1927): the session
-// ended, and with it any transaction it had not committed. Retrying is safe
-// only for errors outside COMMIT: a connection lost during COMMIT may follow
-// a commit that was applied (txretry.WithRetryOnConnectionLoss draws that
-// line).
+// go-sql-driver's ErrInvalidConn (the connection broke under a command),
+// ER_SERVER_SHUTDOWN (1053), ER_CONNECTION_KILLED (1927, MariaDB) or
+// ER_CLIENT_INTERACTION_TIMEOUT (4031, MySQL): the session ended, and with
+// it any transaction it had not committed. Retrying is safe only for errors
+// outside COMMIT: a connection lost during COMMIT may follow a commit that
+// was applied (txretry.WithRetryOnConnectionLoss draws that line).
 func IsConnectionLoss(err error) bool {
-	return errors.Is(err, mysql.ErrInvalidConn) || Has(err, ServerShutdown, ConnectionKilled)
+	return errors.Is(err, mysql.ErrInvalidConn) || Has(err, ServerShutdown, ConnectionKilled, ClientInteractionTimeout)
 }
 
 // IsLockWaitTimeout is an opt-in class: it reports whether err's tree holds

@@ -122,6 +122,7 @@ func TestClasses(t *testing.T) {
 		"IsSnapshotConflict":         mysqlerr.IsSnapshotConflict,
 		"IsGroupReplicationConflict": mysqlerr.IsGroupReplicationConflict,
 		"IsTiDBRetryable":            mysqlerr.IsTiDBRetryable,
+		"IsConnectionLoss":           mysqlerr.IsConnectionLoss,
 	}
 	// want lists, for each number, the classes that accept it.
 	want := map[uint16][]string{
@@ -138,6 +139,13 @@ func TestClasses(t *testing.T) {
 		mysqlerr.ParseError:               nil,
 		mysqlerr.UnknownComError:          nil,
 		mysqlerr.ErrorDuringCommit:        nil,
+		mysqlerr.ServerShutdown:           {"IsConnectionLoss"},
+		mysqlerr.ConnectionKilled:         {"IsConnectionLoss"},
+		mysqlerr.ClientInteractionTimeout: {"IsConnectionLoss"},
+		mysqlerr.QueryInterrupted:         nil,
+		mysqlerr.LockNowait:               nil,
+		mysqlerr.OptionPreventsStatement:  nil,
+		mysqlerr.ReadOnlyTransaction:      nil,
 		1146:                              nil, // ER_NO_SUCH_TABLE
 		0:                                 nil,
 	}
@@ -170,6 +178,20 @@ func TestClasses(t *testing.T) {
 					t.Errorf("%s(%v) = true, want false", name, err)
 				}
 			})
+		}
+	}
+}
+
+// TestConnectionLossDriverError: go-sql-driver's ErrInvalidConn, which has
+// no number, is a lost connection wherever it sits in the tree.
+func TestConnectionLossDriverError(t *testing.T) {
+	for name, err := range map[string]error{
+		"driver":        mysql.ErrInvalidConn,
+		"wrapped":       fmt.Errorf("commit: %w", mysql.ErrInvalidConn),
+		"joined second": errors.Join(myErr(1146), mysql.ErrInvalidConn),
+	} {
+		if !mysqlerr.IsConnectionLoss(err) {
+			t.Errorf("IsConnectionLoss(%s %v) = false, want true", name, err)
 		}
 	}
 }
