@@ -88,7 +88,10 @@
 //     interactive_timeout) and rolled its transaction back; it sends the
 //     error before closing, and the client reads it as the answer to its
 //     next command. At COMMIT it proves that nothing was committed: the
-//     server never read the COMMIT.
+//     server never read the COMMIT. MariaDB has the number for another
+//     error, ER_REFERENCED_TRG_DOES_NOT_EXIST (CREATE TRIGGER … FOLLOWS a
+//     trigger that does not exist), also with SQLSTATE HY000;
+//     [IsConnectionLoss] tells it apart by its message.
 //   - 1290: a server running with read_only (super_read_only for accounts
 //     with SUPER or CONNECTION_ADMIN) refused a write, at COMMIT too.
 //     1792: a write in a READ ONLY transaction.

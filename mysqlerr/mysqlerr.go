@@ -3,6 +3,7 @@ package mysqlerr
 import (
 	"errors"
 	"slices"
+	"strings"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -131,8 +132,8 @@ func Number(err error) (uint16, bool) {
 		first uint16
 		found bool
 	)
-	walk(err, func(n uint16) bool {
-		first, found = n, true
+	walk(err, func(me *mysql.MySQLError) bool {
+		first, found = me.Number, true
 		return true
 	})
 	return first, found
@@ -144,8 +145,8 @@ func Has(err error, numbers ...uint16) bool {
 	if len(numbers) == 0 {
 		return false
 	}
-	return walk(err, func(n uint16) bool {
-		return slices.Contains(numbers, n)
+	return walk(err, func(me *mysql.MySQLError) bool {
+		return slices.Contains(numbers, me.Number)
 	})
 }
 
@@ -169,9 +170,28 @@ func IsRetryable(err error) bool {
 // it any transaction it had not committed. Retrying is safe only for errors
 // outside COMMIT: a connection lost during COMMIT may follow a commit that
 // was applied (txretry.WithRetryOnConnectionLoss draws that line).
+//
+// MariaDB uses 4031 for ER_REFERENCED_TRG_DOES_NOT_EXIST ("Referenced
+// trigger '…' for the given action time and event type does not exist",
+// from CREATE TRIGGER … FOLLOWS or PRECEDES), with the same SQLSTATE HY000;
+// a 4031 whose message starts with "Referenced trigger" is not a lost
+// connection.
 func IsConnectionLoss(err error) bool {
-	return errors.Is(err, mysql.ErrInvalidConn) || Has(err, ServerShutdown, ConnectionKilled, ClientInteractionTimeout)
+	return errors.Is(err, mysql.ErrInvalidConn) || walk(err, func(me *mysql.MySQLError) bool {
+		switch me.Number {
+		case ServerShutdown, ConnectionKilled:
+			return true
+		case ClientInteractionTimeout:
+			return !strings.HasPrefix(me.Message, mariaDBTriggerMissing)
+		}
+		return false
+	})
 }
+
+// mariaDBTriggerMissing begins the message of MariaDB's error 4031,
+// ER_REFERENCED_TRG_DOES_NOT_EXIST, which shares MySQL's number for
+// ER_CLIENT_INTERACTION_TIMEOUT.
+const mariaDBTriggerMissing = "Referenced trigger"
 
 // IsLockWaitTimeout is an opt-in class: it reports whether err's tree holds
 // ER_LOCK_WAIT_TIMEOUT (1205).
@@ -213,12 +233,12 @@ func IsTiDBRetryable(err error) bool {
 		TiDBWriteConflictInTiDB, TiDBTxnRetryable, TiDBInfoSchemaChanged)
 }
 
-// walk calls visit with the number of every *mysql.MySQLError in err's tree,
-// depth-first in Unwrap order, until visit returns true. It reports whether
-// visit returned true.
-func walk(err error, visit func(number uint16) bool) bool {
+// walk calls visit with every *mysql.MySQLError in err's tree, depth-first
+// in Unwrap order, until visit returns true. It reports whether visit
+// returned true.
+func walk(err error, visit func(me *mysql.MySQLError) bool) bool {
 	for err != nil {
-		if me := nodeMySQLError(err); me != nil && visit(me.Number) {
+		if me := nodeMySQLError(err); me != nil && visit(me) {
 			return true
 		}
 		switch u := err.(type) {

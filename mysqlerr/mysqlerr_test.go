@@ -226,7 +226,8 @@ func TestServerAnswers(t *testing.T) {
 		{"MySQL", "write with super_read_only ON", 1290, "HY000", "The MySQL server is running with the --super-read-only option so it cannot execute this statement", none},
 		{"both", "KILL QUERY", 1317, "70100", "Query execution was interrupted", none},
 		{"MySQL", "first command after wait_timeout", 4031, "HY000", "The client was disconnected by the server because of inactivity. See wait_timeout and interactive_timeout for configuring this behavior.", connLoss},
-		{"MySQL", "statement running at SHUTDOWN", 1053, "08S01", "Server shutdown in progress", connLoss},
+		{"MySQL", "statement waiting for a lock at SHUTDOWN", 1053, "08S01", "Server shutdown in progress", connLoss},
+		{"MariaDB", "CREATE TRIGGER … FOLLOWS a missing trigger", 4031, "HY000", "Referenced trigger 'nosuch' for the given action time and event type does not exist", none},
 	} {
 		t.Run(tc.server+"/"+tc.what, func(t *testing.T) {
 			err := fmt.Errorf("attempt: %w", &mysql.MySQLError{Number: tc.number, SQLState: [5]byte([]byte(tc.sqlState)), Message: tc.message})
