@@ -24,28 +24,28 @@
 // "conn-loss" ones are [IsConnectionLoss]'s. "constant" numbers are defined
 // for callers and are not classified here.
 //
-//	Number  Symbol / name                          Class     Source
-//	1213    ER_LOCK_DEADLOCK (SQLSTATE 40001)      default   [MySQL-ERR], [InnoDB-ERR], [MariaDB-ERR], [Galera]
-//	1205    ER_LOCK_WAIT_TIMEOUT                   opt-in    [MySQL-ERR], [InnoDB-ERR]
-//	1020    ER_CHECKREAD                           opt-in    [MariaDB-ERR], [MariaDB-SI]
-//	3101    ER_TRANSACTION_ROLLBACK_DURING_COMMIT  opt-in    [MySQL-ERR], [MySQL-GR]
-//	9007    TiDB ErrWriteConflict                  opt-in    [TiDB-ERR]
-//	8002    TiDB ErrForUpdateCantRetry             opt-in    [TiDB-ERR]
-//	8005    TiDB ErrWriteConflictInTiDB            opt-in    [TiDB-ERR]
-//	8022    TiDB ErrTxnRetryable                   opt-in    [TiDB-ERR]
-//	8028    TiDB ErrInfoSchemaChanged              opt-in    [TiDB-ERR]
-//	1062    ER_DUP_ENTRY                           constant  [MySQL-ERR]
-//	1064    ER_PARSE_ERROR                         constant  [MySQL-ERR]
-//	1047    ER_UNKNOWN_COM_ERROR (Galera)          constant  [MySQL-ERR], [Galera]
-//	1180    ER_ERROR_DURING_COMMIT                 constant  [MySQL-ERR], [MariaDB-ERR]
-//	1053    ER_SERVER_SHUTDOWN                     conn-loss [MySQL-ERR]
-//	1927    ER_CONNECTION_KILLED (MariaDB)         conn-loss [MariaDB-ERR]
-//	4031    ER_CLIENT_INTERACTION_TIMEOUT (MySQL)  conn-loss [MySQL-ERR]
-//	1317    ER_QUERY_INTERRUPTED (SQLSTATE 70100)  constant  [MySQL-ERR]
-//	3572    ER_LOCK_NOWAIT (MySQL)                 constant  [MySQL-ERR]
-//	1290    ER_OPTION_PREVENTS_STATEMENT           constant  [MySQL-ERR]
-//	1792    ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION constant [MySQL-ERR]
-//	2       TiDB ErrResultUndetermined             (none)    [TiDB-SRC]; never sent, see below
+//	Number  Symbol / name                             Class     Source
+//	1213    ER_LOCK_DEADLOCK (SQLSTATE 40001)         default   [MySQL-ERR], [InnoDB-ERR], [MariaDB-ERR], [Galera]
+//	1205    ER_LOCK_WAIT_TIMEOUT                      opt-in    [MySQL-ERR], [InnoDB-ERR]
+//	1020    ER_CHECKREAD                              opt-in    [MariaDB-ERR], [MariaDB-SI]
+//	3101    ER_TRANSACTION_ROLLBACK_DURING_COMMIT     opt-in    [MySQL-ERR], [MySQL-GR]
+//	9007    TiDB ErrWriteConflict                     opt-in    [TiDB-ERR]
+//	8002    TiDB ErrForUpdateCantRetry                opt-in    [TiDB-ERR]
+//	8005    TiDB ErrWriteConflictInTiDB               opt-in    [TiDB-ERR]
+//	8022    TiDB ErrTxnRetryable                      opt-in    [TiDB-ERR]
+//	8028    TiDB ErrInfoSchemaChanged                 opt-in    [TiDB-ERR]
+//	1062    ER_DUP_ENTRY                              constant  [MySQL-ERR]
+//	1064    ER_PARSE_ERROR                            constant  [MySQL-ERR]
+//	1047    ER_UNKNOWN_COM_ERROR (Galera)             constant  [MySQL-ERR], [Galera]
+//	1180    ER_ERROR_DURING_COMMIT                    constant  [MySQL-ERR], [MariaDB-ERR]
+//	1053    ER_SERVER_SHUTDOWN                        conn-loss [MySQL-ERR]
+//	1927    ER_CONNECTION_KILLED (MariaDB)            conn-loss [MariaDB-ERR]
+//	4031    ER_CLIENT_INTERACTION_TIMEOUT (MySQL)     conn-loss [MySQL-ERR]
+//	1317    ER_QUERY_INTERRUPTED (SQLSTATE 70100)     constant  [MySQL-ERR]
+//	3572    ER_LOCK_NOWAIT (MySQL)                    constant  [MySQL-ERR]
+//	1290    ER_OPTION_PREVENTS_STATEMENT              constant  [MySQL-ERR]
+//	1792    ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION  constant  [MySQL-ERR]
+//	2       TiDB ErrResultUndetermined                (none)    [TiDB-SRC]; never sent, see below
 //
 // What the numbers mean for a transaction:
 //
@@ -139,18 +139,18 @@
 // package's classes, per flavor. Seen from Oracle MySQL 9.7.4 (Debian's
 // package) and MariaDB 10.11.19, through go-sql-driver v1.10.1:
 //
-//	Provoked                                  MySQL 9.7                  MariaDB 10.11
-//	lock cycle                                1213 (40001)               the same
-//	lock wait past innodb_lock_wait_timeout   1205 (HY000)               the same
-//	FOR UPDATE NOWAIT on a locked row         3572 (HY000)               1205 (HY000)
-//	SELECT @@innodb_snapshot_isolation        1193, no such variable     OFF (ON: see below)
-//	RR update of a row changed since snapshot no error: newest row changed 1020 with the variable ON
-//	write in START TRANSACTION READ ONLY      1792 (25006)               the same
-//	KILL QUERY of a statement                 1317 (70100)               the same
-//	KILL CONNECTION, in a statement or idle   no error packet: ErrInvalidConn ("invalid connection")
-//	idle past wait_timeout, then COMMIT       4031 (HY000)               no error packet: the write fails, driver.ErrBadConn
-//	write with read_only ON                   1290 (HY000)               (not provoked here)
-//	statement waiting for a lock at SHUTDOWN  1053 (08S01)               (not provoked here)
+//	Provoked                                   MySQL 9.7                         MariaDB 10.11
+//	lock cycle                                 1213 (40001)                      the same
+//	lock wait past innodb_lock_wait_timeout    1205 (HY000)                      the same
+//	FOR UPDATE NOWAIT on a locked row          3572 (HY000)                      1205 (HY000)
+//	SELECT @@innodb_snapshot_isolation         1193: no such variable            OFF (ON: see below)
+//	RR update of a row changed since snapshot  no error, newest row changed      1020 with the variable ON
+//	write in START TRANSACTION READ ONLY       1792 (25006)                      the same
+//	KILL QUERY of a statement                  1317 (70100)                      the same
+//	KILL CONNECTION, in a statement or idle    no error packet: ErrInvalidConn   the same
+//	idle past wait_timeout, then COMMIT        4031 (HY000)                      no error packet: driver.ErrBadConn
+//	write with read_only ON                    1290 (HY000)                      (not provoked here)
+//	statement waiting for a lock at SHUTDOWN   1053 (08S01)                      (not provoked here)
 //
 // What each leaves of the transaction:
 //
@@ -179,6 +179,10 @@
 //     ErrInvalidConn; the transaction was rolled back each time it was
 //     tried, but the client cannot tell that from a commit that finished
 //     before the kill: uncertain.
+//   - MySQL 9.7 refuses a placeholder in KILL (6413, "Dynamic parameters
+//     can only be used in DML statements"; go-sql-driver prepares a
+//     statement with arguments unless interpolateParams is set); MariaDB
+//     accepts one.
 //   - MySQL 9.7's root, created by --initialize-insecure, uses
 //     caching_sha2_password; go-sql-driver logs in with no password and no
 //     TLS, and with a password fetches the server's RSA key itself (it has
