@@ -137,7 +137,8 @@
 // integration/scenarios (TestMySQLServerAnswers) provokes these on the
 // MySQL-family server the tests get and checks them against this
 // package's classes, per flavor. Seen from Oracle MySQL 9.7.4 (Debian's
-// package) and MariaDB 10.11.19, through go-sql-driver v1.10.1:
+// package) and MariaDB 10.11.19, through go-sql-driver v1.10.1 (read_only
+// and SHUTDOWN on private servers, by hand):
 //
 //	Provoked                                   MySQL 9.7                         MariaDB 10.11
 //	lock cycle                                 1213 (40001)                      the same
@@ -149,8 +150,8 @@
 //	KILL QUERY of a statement                  1317 (70100)                      the same
 //	KILL CONNECTION, in a statement or idle    no error packet: ErrInvalidConn   the same
 //	idle past wait_timeout, then COMMIT        4031 (HY000)                      no error packet: driver.ErrBadConn
-//	write with read_only ON                    1290 (HY000)                      (not provoked here)
-//	statement waiting for a lock at SHUTDOWN   1053 (08S01)                      (not provoked here)
+//	write with read_only ON, COMMIT too        1290 (HY000)                      the same
+//	statement waiting for a lock at SHUTDOWN   1053 (08S01)                      no error packet: ErrInvalidConn
 //
 // What each leaves of the transaction:
 //
@@ -168,12 +169,14 @@
 //     the snapshot changes the newest version with no error (a lost update
 //     for a read-modify-write). MariaDB answers 1020 when the variable is
 //     ON (the default from MariaDB 11.6.2, so in 11.8; OFF in 10.11).
-//   - Turning read_only or super_read_only on does not wait for open
-//     write transactions on MySQL 9.7: their COMMIT then fails with 1290,
-//     and nothing is committed.
+//   - Turning read_only (or MySQL's super_read_only) on does not wait for
+//     open write transactions, on either: their COMMIT then fails with
+//     1290, and nothing is committed.
 //   - During MySQL 9.7's SHUTDOWN (about 3 s), a statement waiting for a
 //     lock got 1053, while a COMMIT that another session sent 1 s into it
-//     committed and returned no error.
+//     committed and returned no error. MariaDB 10.11 closed every session
+//     at once, with no error packet (ErrInvalidConn), and that COMMIT was
+//     not applied.
 //   - A KILL CONNECTION that reached a COMMIT in progress (MySQL 9.7, a
 //     200,000-row transaction in "waiting for handler commit") gave
 //     ErrInvalidConn; the transaction was rolled back each time it was

@@ -92,8 +92,10 @@ const (
 	ServerShutdown uint16 = 1053
 
 	// ConnectionKilled (1927, ER_CONNECTION_KILLED, MariaDB): "Connection was
-	// killed", also sent to clients at shutdown. Opt-in, see
-	// [IsConnectionLoss]. Source: MariaDB error codes.
+	// killed". MariaDB 10.11.19 sent no error packet when KILL CONNECTION or
+	// SHUTDOWN ended a session (the driver saw the connection close), so
+	// this number is documentation only. Opt-in, see [IsConnectionLoss].
+	// Source: MariaDB error codes.
 	ConnectionKilled uint16 = 1927
 
 	// ClientInteractionTimeout (4031, ER_CLIENT_INTERACTION_TIMEOUT, MySQL

@@ -223,6 +223,7 @@ func TestServerAnswers(t *testing.T) {
 		{"MySQL", "write in a READ ONLY transaction", 1792, "25006", "Cannot execute statement in a READ ONLY transaction.", none},
 		{"MariaDB", "write in a READ ONLY transaction", 1792, "25006", "Cannot execute statement in a READ ONLY transaction", none},
 		{"MySQL", "write with read_only ON, COMMIT too", 1290, "HY000", "The MySQL server is running with the --read-only option so it cannot execute this statement", none},
+		{"MariaDB", "write with read_only ON, COMMIT too", 1290, "HY000", "The MariaDB server is running with the --read-only option so it cannot execute this statement", none},
 		{"MySQL", "write with super_read_only ON", 1290, "HY000", "The MySQL server is running with the --super-read-only option so it cannot execute this statement", none},
 		{"both", "KILL QUERY", 1317, "70100", "Query execution was interrupted", none},
 		{"MySQL", "first command after wait_timeout", 4031, "HY000", "The client was disconnected by the server because of inactivity. See wait_timeout and interactive_timeout for configuring this behavior.", connLoss},
