@@ -20,24 +20,32 @@
 // # Error numbers
 //
 // "default" numbers are the ones [IsRetryable] accepts. "opt-in" numbers
-// have their own func(error) bool that a caller adds on purpose. "constant"
-// numbers are defined for callers and are not classified here.
+// have their own func(error) bool that a caller adds on purpose;
+// "conn-loss" ones are [IsConnectionLoss]'s. "constant" numbers are defined
+// for callers and are not classified here.
 //
-//	Number  Symbol / name                          Class     Source
-//	1213    ER_LOCK_DEADLOCK (SQLSTATE 40001)      default   [MySQL-ERR], [InnoDB-ERR], [MariaDB-ERR], [Galera]
-//	1205    ER_LOCK_WAIT_TIMEOUT                   opt-in    [MySQL-ERR], [InnoDB-ERR]
-//	1020    ER_CHECKREAD                           opt-in    [MariaDB-ERR], [MariaDB-SI]
-//	3101    ER_TRANSACTION_ROLLBACK_DURING_COMMIT  opt-in    [MySQL-ERR], [MySQL-GR]
-//	9007    TiDB ErrWriteConflict                  opt-in    [TiDB-ERR]
-//	8002    TiDB ErrForUpdateCantRetry             opt-in    [TiDB-ERR]
-//	8005    TiDB ErrWriteConflictInTiDB            opt-in    [TiDB-ERR]
-//	8022    TiDB ErrTxnRetryable                   opt-in    [TiDB-ERR]
-//	8028    TiDB ErrInfoSchemaChanged              opt-in    [TiDB-ERR]
-//	1062    ER_DUP_ENTRY                           constant  [MySQL-ERR]
-//	1064    ER_PARSE_ERROR                         constant  [MySQL-ERR]
-//	1047    ER_UNKNOWN_COM_ERROR (Galera)          constant  [MySQL-ERR], [Galera]
-//	1180    ER_ERROR_DURING_COMMIT                 constant  [MySQL-ERR], [MariaDB-ERR]
-//	2       TiDB ErrResultUndetermined             (none)    [TiDB-SRC]; never sent, see below
+//	Number  Symbol / name                             Class     Source
+//	1213    ER_LOCK_DEADLOCK (SQLSTATE 40001)         default   [MySQL-ERR], [InnoDB-ERR], [MariaDB-ERR], [Galera]
+//	1205    ER_LOCK_WAIT_TIMEOUT                      opt-in    [MySQL-ERR], [InnoDB-ERR]
+//	1020    ER_CHECKREAD                              opt-in    [MariaDB-ERR], [MariaDB-SI]
+//	3101    ER_TRANSACTION_ROLLBACK_DURING_COMMIT     opt-in    [MySQL-ERR], [MySQL-GR]
+//	9007    TiDB ErrWriteConflict                     opt-in    [TiDB-ERR]
+//	8002    TiDB ErrForUpdateCantRetry                opt-in    [TiDB-ERR]
+//	8005    TiDB ErrWriteConflictInTiDB               opt-in    [TiDB-ERR]
+//	8022    TiDB ErrTxnRetryable                      opt-in    [TiDB-ERR]
+//	8028    TiDB ErrInfoSchemaChanged                 opt-in    [TiDB-ERR]
+//	1062    ER_DUP_ENTRY                              constant  [MySQL-ERR]
+//	1064    ER_PARSE_ERROR                            constant  [MySQL-ERR]
+//	1047    ER_UNKNOWN_COM_ERROR (Galera)             constant  [MySQL-ERR], [Galera]
+//	1180    ER_ERROR_DURING_COMMIT                    constant  [MySQL-ERR], [MariaDB-ERR]
+//	1053    ER_SERVER_SHUTDOWN                        conn-loss [MySQL-ERR]
+//	1927    ER_CONNECTION_KILLED (MariaDB)            conn-loss [MariaDB-ERR]
+//	4031    ER_CLIENT_INTERACTION_TIMEOUT (MySQL)     conn-loss [MySQL-ERR]
+//	1317    ER_QUERY_INTERRUPTED (SQLSTATE 70100)     constant  [MySQL-ERR]
+//	3572    ER_LOCK_NOWAIT (MySQL)                    constant  [MySQL-ERR]
+//	1290    ER_OPTION_PREVENTS_STATEMENT              constant  [MySQL-ERR]
+//	1792    ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION  constant  [MySQL-ERR]
+//	2       TiDB ErrResultUndetermined                (none)    [TiDB-SRC]; never sent, see below
 //
 // What the numbers mean for a transaction:
 //
@@ -76,6 +84,17 @@
 //   - 1047: with Galera, "WSREP has not yet prepared node for application
 //     use": the node is not in the primary component or not synced.
 //   - 1180: "Got error %d during COMMIT"; an engine failed at COMMIT.
+//   - 4031: MySQL closed a session idle past wait_timeout (or
+//     interactive_timeout) and rolled its transaction back; it sends the
+//     error before closing, and the client reads it as the answer to its
+//     next command. At COMMIT it proves that nothing was committed: the
+//     server never read the COMMIT. MariaDB has the number for another
+//     error, ER_REFERENCED_TRG_DOES_NOT_EXIST (CREATE TRIGGER … FOLLOWS a
+//     trigger that does not exist), also with SQLSTATE HY000;
+//     [IsConnectionLoss] tells it apart by its message.
+//   - 1290: a server running with read_only (super_read_only for accounts
+//     with SUPER or CONNECTION_ADMIN) refused a write, at COMMIT too.
+//     1792: a write in a READ ONLY transaction.
 //
 // # By engine
 //
@@ -112,6 +131,66 @@
 //     connection" and the commit is uncertain. Were it sent, it would carry
 //     the number 2 (TiDB registers its code as the MySQL number), which
 //     txretry counts as uncertain at COMMIT too.
+//
+// # MySQL and MariaDB, seen from the servers
+//
+// integration/scenarios (TestMySQLServerAnswers) provokes these on the
+// MySQL-family server the tests get and checks them against this
+// package's classes, per flavor. Seen from Oracle MySQL 9.7.4 (Debian's
+// package) and MariaDB 10.11.19, through go-sql-driver v1.10.1 (read_only
+// and SHUTDOWN on private servers, by hand):
+//
+//	Provoked                                   MySQL 9.7                         MariaDB 10.11
+//	lock cycle                                 1213 (40001)                      the same
+//	lock wait past innodb_lock_wait_timeout    1205 (HY000)                      the same
+//	FOR UPDATE NOWAIT on a locked row          3572 (HY000)                      1205 (HY000)
+//	SELECT @@innodb_snapshot_isolation         1193: no such variable            OFF (ON: see below)
+//	RR update of a row changed since snapshot  no error, newest row changed      1020 with the variable ON
+//	write in START TRANSACTION READ ONLY       1792 (25006)                      the same
+//	KILL QUERY of a statement                  1317 (70100)                      the same
+//	KILL CONNECTION, in a statement or idle    no error packet: ErrInvalidConn   the same
+//	idle past wait_timeout, then COMMIT        4031 (HY000)                      no error packet: driver.ErrBadConn
+//	write with read_only ON, COMMIT too        1290 (HY000)                      the same
+//	statement waiting for a lock at SHUTDOWN   1053 (08S01)                      no error packet: ErrInvalidConn
+//
+// What each leaves of the transaction:
+//
+//   - 1213 and, on MariaDB, 1020 roll back the whole transaction: its
+//     earlier writes are undone and the session is back in autocommit
+//     mode.
+//   - 1205 (innodb_rollback_on_timeout OFF, the default on both) rolls
+//     back the statement only: the transaction and its earlier writes
+//     stay, and so does 3572 and 1317.
+//   - MariaDB answers NOWAIT with 1205, so a caller that adds
+//     [IsLockWaitTimeout] retries MariaDB's NOWAIT failures too; MySQL's
+//     3572 is in no class.
+//   - MySQL has no innodb_snapshot_isolation: under REPEATABLE READ an
+//     UPDATE of a row that another transaction changed and committed after
+//     the snapshot changes the newest version with no error (a lost update
+//     for a read-modify-write). MariaDB answers 1020 when the variable is
+//     ON (the default from MariaDB 11.6.2, so in 11.8; OFF in 10.11).
+//   - Turning read_only (or MySQL's super_read_only) on does not wait for
+//     open write transactions, on either: their COMMIT then fails with
+//     1290, and nothing is committed.
+//   - During MySQL 9.7's SHUTDOWN (about 3 s), a statement waiting for a
+//     lock got 1053, while a COMMIT that another session sent 1 s into it
+//     committed and returned no error. MariaDB 10.11 closed every session
+//     at once, with no error packet (ErrInvalidConn), and that COMMIT was
+//     not applied.
+//   - A KILL CONNECTION that reached a COMMIT in progress (MySQL 9.7, a
+//     200,000-row transaction in "waiting for handler commit") gave
+//     ErrInvalidConn; the transaction was rolled back each time it was
+//     tried, but the client cannot tell that from a commit that finished
+//     before the kill: uncertain.
+//   - MySQL 9.7 refuses a placeholder in KILL (6413, "Dynamic parameters
+//     can only be used in DML statements"; go-sql-driver prepares a
+//     statement with arguments unless interpolateParams is set); MariaDB
+//     accepts one.
+//   - MySQL 9.7's root, created by --initialize-insecure, uses
+//     caching_sha2_password; go-sql-driver logs in with no password and no
+//     TLS, and with a password fetches the server's RSA key itself (it has
+//     no allowPublicKeyRetrieval parameter: unknown parameters are sent as
+//     system variables, which MySQL refuses with 1193).
 //
 // # Seen from a real server, or documentation only
 //

@@ -3,6 +3,7 @@ package mysqlerr
 import (
 	"errors"
 	"slices"
+	"strings"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -91,9 +92,38 @@ const (
 	ServerShutdown uint16 = 1053
 
 	// ConnectionKilled (1927, ER_CONNECTION_KILLED, MariaDB): "Connection was
-	// killed", also sent to clients at shutdown. Opt-in, see
-	// [IsConnectionLoss]. Source: MariaDB error codes.
+	// killed". MariaDB 10.11.19 sent no error packet when KILL CONNECTION or
+	// SHUTDOWN ended a session (the driver saw the connection close), so
+	// this number is documentation only. Opt-in, see [IsConnectionLoss].
+	// Source: MariaDB error codes.
 	ConnectionKilled uint16 = 1927
+
+	// ClientInteractionTimeout (4031, ER_CLIENT_INTERACTION_TIMEOUT, MySQL
+	// 8.0.24 and later): "The client was disconnected by the server because
+	// of inactivity", sent before MySQL closes a session idle past
+	// wait_timeout; the session's transaction was rolled back. Opt-in, see
+	// [IsConnectionLoss]. Source: MySQL Server Error Message Reference.
+	ClientInteractionTimeout uint16 = 4031
+
+	// QueryInterrupted (1317, ER_QUERY_INTERRUPTED, SQLSTATE 70100): "Query
+	// execution was interrupted", the answer to KILL QUERY. Not classified.
+	// Source: MySQL Server Error Message Reference.
+	QueryInterrupted uint16 = 1317
+
+	// LockNowait (3572, ER_LOCK_NOWAIT, MySQL): "Statement aborted because
+	// lock(s) could not be acquired immediately and NOWAIT is set". Not
+	// classified. Source: MySQL Server Error Message Reference.
+	LockNowait uint16 = 3572
+
+	// OptionPreventsStatement (1290, ER_OPTION_PREVENTS_STATEMENT): a server
+	// running with read_only or super_read_only refused a write. Not
+	// classified. Source: MySQL Server Error Message Reference.
+	OptionPreventsStatement uint16 = 1290
+
+	// ReadOnlyTransaction (1792, ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION,
+	// SQLSTATE 25006): a write in a READ ONLY transaction. Not classified.
+	// Source: MySQL Server Error Message Reference.
+	ReadOnlyTransaction uint16 = 1792
 )
 
 // Number returns the error number of the first *mysql.MySQLError in err's
@@ -104,8 +134,8 @@ func Number(err error) (uint16, bool) {
 		first uint16
 		found bool
 	)
-	walk(err, func(n uint16) bool {
-		first, found = n, true
+	walk(err, func(me *mysql.MySQLError) bool {
+		first, found = me.Number, true
 		return true
 	})
 	return first, found
@@ -117,8 +147,8 @@ func Has(err error, numbers ...uint16) bool {
 	if len(numbers) == 0 {
 		return false
 	}
-	return walk(err, func(n uint16) bool {
-		return slices.Contains(numbers, n)
+	return walk(err, func(me *mysql.MySQLError) bool {
+		return slices.Contains(numbers, me.Number)
 	})
 }
 
@@ -136,15 +166,34 @@ func IsRetryable(err error) bool {
 }
 
 // IsConnectionLoss is an opt-in class: it reports whether err's tree holds
-// go-sql-driver's ErrInvalidConn (the connection broke under a command) or
-// ER_SERVER_SHUTDOWN (1053) or ER_CONNECTION_KILLED (1927): the session
-// ended, and with it any transaction it had not committed. Retrying is safe
-// only for errors outside COMMIT: a connection lost during COMMIT may follow
-// a commit that was applied (txretry.WithRetryOnConnectionLoss draws that
-// line).
+// go-sql-driver's ErrInvalidConn (the connection broke under a command),
+// ER_SERVER_SHUTDOWN (1053), ER_CONNECTION_KILLED (1927, MariaDB) or
+// ER_CLIENT_INTERACTION_TIMEOUT (4031, MySQL): the session ended, and with
+// it any transaction it had not committed. Retrying is safe only for errors
+// outside COMMIT: a connection lost during COMMIT may follow a commit that
+// was applied (txretry.WithRetryOnConnectionLoss draws that line).
+//
+// MariaDB uses 4031 for ER_REFERENCED_TRG_DOES_NOT_EXIST ("Referenced
+// trigger '…' for the given action time and event type does not exist",
+// from CREATE TRIGGER … FOLLOWS or PRECEDES), with the same SQLSTATE HY000;
+// a 4031 whose message starts with "Referenced trigger" is not a lost
+// connection.
 func IsConnectionLoss(err error) bool {
-	return errors.Is(err, mysql.ErrInvalidConn) || Has(err, ServerShutdown, ConnectionKilled)
+	return errors.Is(err, mysql.ErrInvalidConn) || walk(err, func(me *mysql.MySQLError) bool {
+		switch me.Number {
+		case ServerShutdown, ConnectionKilled:
+			return true
+		case ClientInteractionTimeout:
+			return !strings.HasPrefix(me.Message, mariaDBTriggerMissing)
+		}
+		return false
+	})
 }
+
+// mariaDBTriggerMissing begins the message of MariaDB's error 4031,
+// ER_REFERENCED_TRG_DOES_NOT_EXIST, which shares MySQL's number for
+// ER_CLIENT_INTERACTION_TIMEOUT.
+const mariaDBTriggerMissing = "Referenced trigger"
 
 // IsLockWaitTimeout is an opt-in class: it reports whether err's tree holds
 // ER_LOCK_WAIT_TIMEOUT (1205).
@@ -186,12 +235,12 @@ func IsTiDBRetryable(err error) bool {
 		TiDBWriteConflictInTiDB, TiDBTxnRetryable, TiDBInfoSchemaChanged)
 }
 
-// walk calls visit with the number of every *mysql.MySQLError in err's tree,
-// depth-first in Unwrap order, until visit returns true. It reports whether
-// visit returned true.
-func walk(err error, visit func(number uint16) bool) bool {
+// walk calls visit with every *mysql.MySQLError in err's tree, depth-first
+// in Unwrap order, until visit returns true. It reports whether visit
+// returned true.
+func walk(err error, visit func(me *mysql.MySQLError) bool) bool {
 	for err != nil {
-		if me := nodeMySQLError(err); me != nil && visit(me.Number) {
+		if me := nodeMySQLError(err); me != nil && visit(me) {
 			return true
 		}
 		switch u := err.(type) {

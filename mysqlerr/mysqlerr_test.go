@@ -122,6 +122,7 @@ func TestClasses(t *testing.T) {
 		"IsSnapshotConflict":         mysqlerr.IsSnapshotConflict,
 		"IsGroupReplicationConflict": mysqlerr.IsGroupReplicationConflict,
 		"IsTiDBRetryable":            mysqlerr.IsTiDBRetryable,
+		"IsConnectionLoss":           mysqlerr.IsConnectionLoss,
 	}
 	// want lists, for each number, the classes that accept it.
 	want := map[uint16][]string{
@@ -138,6 +139,13 @@ func TestClasses(t *testing.T) {
 		mysqlerr.ParseError:               nil,
 		mysqlerr.UnknownComError:          nil,
 		mysqlerr.ErrorDuringCommit:        nil,
+		mysqlerr.ServerShutdown:           {"IsConnectionLoss"},
+		mysqlerr.ConnectionKilled:         {"IsConnectionLoss"},
+		mysqlerr.ClientInteractionTimeout: {"IsConnectionLoss"},
+		mysqlerr.QueryInterrupted:         nil,
+		mysqlerr.LockNowait:               nil,
+		mysqlerr.OptionPreventsStatement:  nil,
+		mysqlerr.ReadOnlyTransaction:      nil,
 		1146:                              nil, // ER_NO_SUCH_TABLE
 		0:                                 nil,
 	}
@@ -171,5 +179,73 @@ func TestClasses(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestConnectionLossDriverError: go-sql-driver's ErrInvalidConn, which has
+// no number, is a lost connection wherever it sits in the tree.
+func TestConnectionLossDriverError(t *testing.T) {
+	for name, err := range map[string]error{
+		"driver":        mysql.ErrInvalidConn,
+		"wrapped":       fmt.Errorf("commit: %w", mysql.ErrInvalidConn),
+		"joined second": errors.Join(myErr(1146), mysql.ErrInvalidConn),
+	} {
+		if !mysqlerr.IsConnectionLoss(err) {
+			t.Errorf("IsConnectionLoss(%s %v) = false, want true", name, err)
+		}
+	}
+}
+
+// TestServerAnswers classifies the errors as MySQL 9.7.4 and MariaDB
+// 10.11.19 sent them (number, SQLSTATE and message copied from the
+// servers; integration/scenarios' TestMySQLServerAnswers provokes them).
+func TestServerAnswers(t *testing.T) {
+	const (
+		none = iota
+		retryable
+		lockWait
+		snapshot
+		connLoss
+	)
+	for _, tc := range []struct {
+		server, what string
+		number       uint16
+		sqlState     string
+		message      string
+		class        int
+	}{
+		{"both", "lock cycle", 1213, "40001", "Deadlock found when trying to get lock; try restarting transaction", retryable},
+		{"both", "lock wait timeout", 1205, "HY000", "Lock wait timeout exceeded; try restarting transaction", lockWait},
+		{"MariaDB", "FOR UPDATE NOWAIT", 1205, "HY000", "Lock wait timeout exceeded; try restarting transaction", lockWait},
+		{"MySQL", "FOR UPDATE NOWAIT", 3572, "HY000", "Statement aborted because lock(s) could not be acquired immediately and NOWAIT is set.", none},
+		{"MariaDB", "innodb_snapshot_isolation=ON conflict", 1020, "HY000", "Record has changed since last read in table 'answers'; try restarting transaction", snapshot},
+		{"MySQL", "SELECT @@innodb_snapshot_isolation", 1193, "HY000", "Unknown system variable 'innodb_snapshot_isolation'", none},
+		{"MySQL", "write in a READ ONLY transaction", 1792, "25006", "Cannot execute statement in a READ ONLY transaction.", none},
+		{"MariaDB", "write in a READ ONLY transaction", 1792, "25006", "Cannot execute statement in a READ ONLY transaction", none},
+		{"MySQL", "write with read_only ON, COMMIT too", 1290, "HY000", "The MySQL server is running with the --read-only option so it cannot execute this statement", none},
+		{"MariaDB", "write with read_only ON, COMMIT too", 1290, "HY000", "The MariaDB server is running with the --read-only option so it cannot execute this statement", none},
+		{"MySQL", "write with super_read_only ON", 1290, "HY000", "The MySQL server is running with the --super-read-only option so it cannot execute this statement", none},
+		{"both", "KILL QUERY", 1317, "70100", "Query execution was interrupted", none},
+		{"MySQL", "first command after wait_timeout", 4031, "HY000", "The client was disconnected by the server because of inactivity. See wait_timeout and interactive_timeout for configuring this behavior.", connLoss},
+		{"MySQL", "statement waiting for a lock at SHUTDOWN", 1053, "08S01", "Server shutdown in progress", connLoss},
+		{"MariaDB", "CREATE TRIGGER … FOLLOWS a missing trigger", 4031, "HY000", "Referenced trigger 'nosuch' for the given action time and event type does not exist", none},
+	} {
+		t.Run(tc.server+"/"+tc.what, func(t *testing.T) {
+			err := fmt.Errorf("attempt: %w", &mysql.MySQLError{Number: tc.number, SQLState: [5]byte([]byte(tc.sqlState)), Message: tc.message})
+			for _, c := range []struct {
+				name  string
+				got   bool
+				class int
+			}{
+				{"IsRetryable", mysqlerr.IsRetryable(err), retryable},
+				{"IsLockWaitTimeout", mysqlerr.IsLockWaitTimeout(err), lockWait},
+				{"IsSnapshotConflict", mysqlerr.IsSnapshotConflict(err), snapshot},
+				{"IsConnectionLoss", mysqlerr.IsConnectionLoss(err), connLoss},
+			} {
+				if c.got != (c.class == tc.class) {
+					t.Errorf("%s(%v) = %v", c.name, err, c.got)
+				}
+			}
+		})
 	}
 }

@@ -51,7 +51,7 @@ func TestMySQLCommitErrors(t *testing.T) {
 		number    uint16
 		uncertain bool
 	}{
-		{1213, false}, {3101, false}, {1205, false}, {1047, false}, {1290, false}, {1792, false},
+		{1213, false}, {3101, false}, {1205, false}, {1047, false}, {1290, false}, {1792, false}, {4031, false},
 		{9007, false}, {8002, false}, {8005, false}, {8022, false}, {8028, false},
 		{1053, true}, {1317, true}, {1927, true}, {1180, true}, {1105, true},
 	} {

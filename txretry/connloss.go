@@ -24,12 +24,13 @@ import (
 //     broken pipe, EOF, a timeout that was not the caller's), pgconn's
 //     ErrConnClosed, go-sql-driver's ErrInvalidConn, PostgreSQL's class 08 (connection exception) or 57P01,
 //     57P02, 57P03 (shutting down, starting up), or MySQL/MariaDB's 1053
-//     (server shutdown) and 1927 (connection killed);
+//     (server shutdown), 1927 (connection killed) and 4031 (session closed
+//     after wait_timeout);
 //   - COMMIT failed with an error that proves nothing was sent or done
 //     (SafeToRetry; driver.ErrBadConn only from go-sql-driver/mysql and
-//     pgx's stdlib, never lib/pq's or an unknown driver's), the same proof
-//     that makes any COMMIT error "not committed" (see the package
-//     documentation).
+//     pgx's stdlib, never lib/pq's or an unknown driver's; MySQL's 4031,
+//     sent before the server read COMMIT), the same proof that makes any
+//     COMMIT error "not committed" (see the package documentation).
 //
 // Never retried: a connection lost while COMMIT was in flight. That commit
 // is uncertain, with or without this option: it goes to the verifier

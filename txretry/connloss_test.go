@@ -25,6 +25,10 @@ var (
 	errShutdown = &fakedb.SQLStateError{Code: "57P01", Message: "terminating connection due to administrator command"}
 	errStarting = &fakedb.SQLStateError{Code: "57P03", Message: "the database system is starting up"}
 	errKilled   = &mysql.MySQLError{Number: 1927, Message: "Connection was killed"}
+	// errIdle is MySQL 9.7's answer to the first command of a session it
+	// closed after wait_timeout, COMMIT included.
+	errIdle = &mysql.MySQLError{Number: 4031, SQLState: [5]byte{'H', 'Y', '0', '0', '0'},
+		Message: "The client was disconnected by the server because of inactivity. See wait_timeout and interactive_timeout for configuring this behavior."}
 )
 
 // failConnects returns a connect hook refusing the first n connections.
@@ -88,6 +92,7 @@ func TestConnectionLossBeforeCommitReRunsTheTransaction(t *testing.T) {
 			return nil
 		}}, 1},
 		{"MariaDB 1927 under fn", &fakedb.Driver{OnExec: failFirst(3, errKilled)}, 4},
+		{"MySQL 4031 under fn", &fakedb.Driver{OnExec: failFirst(3, errIdle)}, 4},
 		{"go-sql-driver invalid connection", &fakedb.Driver{OnExec: failFirst(3, mysql.ErrInvalidConn)}, 4},
 		{"pgconn's conn closed", &fakedb.Driver{OnExec: failFirst(3, fmt.Errorf("failed to deallocate cached statement(s): %w", errors.New("conn closed")))}, 4},
 	} {
@@ -113,7 +118,7 @@ func TestConnectionLossBeforeCommitReRunsTheTransaction(t *testing.T) {
 // connection broke in flight stays uncertain with the option, and so does a
 // driver.ErrBadConn from a driver not known to return it only before
 // sending COMMIT (lib/pq returns it after); one whose error proves nothing
-// was sent (pgconn's SafeToRetry) is re-run.
+// was sent (pgconn's SafeToRetry) or done (MySQL's 4031) is re-run.
 func TestConnectionLossDuringCommitIsNeverRetriedBlindly(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -124,6 +129,7 @@ func TestConnectionLossDuringCommitIsNeverRetriedBlindly(t *testing.T) {
 		{"driver.ErrBadConn of an unknown driver", driver.ErrBadConn, false},
 		{"wrapped driver.ErrBadConn of an unknown driver", fmt.Errorf("commit: %w", driver.ErrBadConn), false},
 		{"safe to retry", safeErr{true}, true},
+		{"MySQL 4031: closed idle before COMMIT was read", errIdle, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, &fakedb.Driver{OnCommit: failFirstCommit(tc.err)})

@@ -88,11 +88,15 @@
 //
 // A COMMIT error counts as "not committed" only where that is proven:
 //
-//   - the server answered COMMIT with an error carrying a SQLSTATE or MySQL
-//     error number, except 40003 (statement_completion_unknown, CockroachDB's
-//     ambiguous result), 08007 (transaction_resolution_unknown), class 08
+//   - the server answered COMMIT with an error carrying a SQLSTATE,
+//     except 40003 (statement_completion_unknown, CockroachDB's ambiguous
+//     result), 08007 (transaction_resolution_unknown), class 08
 //     (connection exception), 57P01, 57P02, 57P03 (shutdown) and 57014
-//     (query_canceled), which stay uncertain;
+//     (query_canceled), which stay uncertain; or a MySQL error number that
+//     says the transaction was rolled back or COMMIT never ran: 1213, 1205,
+//     3101, 1047, 1290, 1792, 4031 and TiDB's 8002, 8005, 8022, 8028, 9007
+//     (every other number, 1053, 1180, 1317 and 1927 among them, stays
+//     uncertain);
 //   - an error the adapter marked with NotCommitted (ErrNotCommitted),
 //     for what only its driver knows: pgx's ErrTxCommitRollback (the server
 //     answered COMMIT with ROLLBACK because the transaction had already

@@ -726,17 +726,20 @@ func notCommitted(err error) bool {
 // COMMIT returns them: a deadlock or a certification failure (1213), Group
 // Replication's rollback (3101), a lock wait timeout (1205), a Galera node
 // not ready to take the command (1047), a read-only server (1290, 1792),
-// TiDB's commit conflicts (8002, 8005, 8022, 9007) and TiDB's schema change
-// (8028: TiDB checks the schema before the commit point, before committing
-// the primary key or, with async commit and 1PC, before prewrite, and rolls
-// back). Every other error
+// MySQL's disconnection of a session idle past wait_timeout (4031: sent
+// before the server read COMMIT, and the session's transaction rolled
+// back), TiDB's commit conflicts (8002, 8005, 8022, 9007) and TiDB's schema
+// change (8028: TiDB checks the schema before the commit point, before
+// committing the primary key or, with async commit and 1PC, before
+// prewrite, and rolls back). Every other error
 // is uncertain: a killed connection or query (1927, 1317), a shutdown (1053)
 // or a storage engine error during COMMIT (1180) can follow a COMMIT that
 // was applied.
 func rolledBackAtCommit(n uint16) bool {
 	switch n {
 	case mysqlerr.LockDeadlock, mysqlerr.GroupReplicationRollback, mysqlerr.LockWaitTimeout,
-		mysqlerr.UnknownComError, 1290, 1792, // ER_OPTION_PREVENTS_STATEMENT (read_only), ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+		mysqlerr.UnknownComError, mysqlerr.OptionPreventsStatement, mysqlerr.ReadOnlyTransaction,
+		mysqlerr.ClientInteractionTimeout,
 		mysqlerr.TiDBForUpdateCantRetry, mysqlerr.TiDBWriteConflictInTiDB, mysqlerr.TiDBTxnRetryable, mysqlerr.TiDBWriteConflict,
 		mysqlerr.TiDBInfoSchemaChanged:
 		return true

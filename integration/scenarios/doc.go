@@ -15,5 +15,10 @@
 // from package dbserver: TXRETRY_PG_DSN and TXRETRY_MYSQL_DSN when set, else
 // containers or throwaway servers it starts.
 //
+// TestMySQLServerAnswers checks, on whichever MySQL-family server the tests
+// get, the server's own answers (deadlock, lock wait timeout, NOWAIT,
+// snapshot conflicts, read-only transactions, KILL, wait_timeout) against
+// package mysqlerr's classes, per flavor (MySQL or MariaDB).
+//
 // The package holds tests only.
 package scenarios
