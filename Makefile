@@ -24,7 +24,9 @@ MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
 #     the throwaway servers' removal under signals, by dbserver and withdb
 #     (make test keeps their removal at a normal end);
 #   - TXRETRY_LONG=1: the long mode of the campaigns that have a short one
-#     (the crash campaign: 30 kills per driver path instead of 10).
+#     (the crash campaign: 30 kills per driver path instead of 10;
+#     TestFaultsAtEveryStep: 50 trials per cell instead of one per step and
+#     timing).
 #
 # testsum names what make test leaves out under "not selected", never as
 # skipped tests.
@@ -50,7 +52,7 @@ test:
 	GO=$(GO) $(GO) run -C integration ./cmd/withdb -- \
 		$(GO) run ./cmd/testsum -j $(TEST_JOBS) -all "make test-all" \
 			-omit "github.com/txretry/txretry/integration/engines (Galera, PgBouncer, TiDB)" \
-			-omit "the campaigns' long mode, e.g. the crash campaign's 30 kills (TXRETRY_LONG=1)" \
+			-omit "the campaigns' long mode: the crash campaign's 30 kills, the step campaign's 50 trials per cell (TXRETRY_LONG=1)" \
 			"-C ../integration $(RACE) -count=1 -skip $(LONG_TESTS) $$pkgs" $(OTHER_COMMANDS)
 
 ## test-all: make test's tests plus the long ones (CI): the engine tests with the Galera cluster,
