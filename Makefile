@@ -26,7 +26,8 @@ MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
 #   - TXRETRY_LONG=1: the long mode of the campaigns that have a short one
 #     (the crash campaign: 30 kills per driver path instead of 10;
 #     TestFaultsAtEveryStep: 50 trials per cell instead of one per step and
-#     timing).
+#     timing; the fault proxy's TestPostgresFaults: 20 repetitions of each
+#     drop fault instead of 5).
 #
 # testsum names what make test leaves out under "not selected", never as
 # skipped tests.
@@ -37,7 +38,10 @@ LONG_PACKAGES := /engines$$
 # the integration module first (the longest), then the library's unit tests
 # and every other nested module. testsum runs TEST_JOBS of them at once, each
 # with go test's -p (GOMAXPROCS test binaries at once): most tests wait on a
-# server, not on a core.
+# server, not on a core. go test starts packages in the order given: the
+# integration module's longest ones (SLOW_FIRST) first, so that none starts
+# last and runs alone.
+SLOW_FIRST := ./scenarios ./adapters ./uncertain ./outage ./txbench ./internal/faultproxy ./dbserver ./crash
 TEST_JOBS ?= 3
 OTHER_MODULES := $(filter-out integration,$(MODULES))
 OTHER_COMMANDS := "-C .. $(RACE) -count=1 ./..." \
@@ -48,11 +52,11 @@ OTHER_COMMANDS := "-C .. $(RACE) -count=1 ./..." \
 ## else throwaway servers from the installed binaries: integration/cmd/withdb); ends with
 ## "N passed, N failed, N skipped", every skipped test's reason and what was not selected (integration/cmd/testsum)
 test:
-	pkgs=$$(cd integration && $(GO) list ./... | grep -v '$(LONG_PACKAGES)') && \
+	pkgs=$$(cd integration && $(GO) list $(SLOW_FIRST) ./... | grep -v '$(LONG_PACKAGES)') && \
 	GO=$(GO) $(GO) run -C integration ./cmd/withdb -- \
 		$(GO) run ./cmd/testsum -j $(TEST_JOBS) -all "make test-all" \
 			-omit "github.com/txretry/txretry/integration/engines (Galera, PgBouncer, TiDB)" \
-			-omit "the campaigns' long mode: the crash campaign's 30 kills, the step campaign's 50 trials per cell (TXRETRY_LONG=1)" \
+			-omit "the long mode of the campaigns: 30 crash kills per path, 50 trials per step campaign cell, 20 proxy drops per fault (TXRETRY_LONG=1)" \
 			"-C ../integration $(RACE) -count=1 -skip $(LONG_TESTS) $$pkgs" $(OTHER_COMMANDS)
 
 ## test-all: make test's tests plus the long ones (CI): the engine tests with the Galera cluster,
