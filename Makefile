@@ -17,7 +17,8 @@ MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
 #   - integration/engines: the Galera cluster, PgBouncer and TiDB of
 #     integration/cluster (withdb -cluster; a first run builds TiDB);
 #   - LONG_TESTS, left out of make test by -skip: txbench's full matrix of
-#     runners, workloads and drivers (make test keeps TestBenchSmoke); the
+#     runners, workloads and drivers (make test keeps TestBenchSmoke) and
+#     its chart's drawing (TestWriteChart, a PNG drawn under -race); the
 #     outage tests of PgBouncer and of a failover (make test keeps the
 #     restarts of PostgreSQL through pgxpool and pgx stdlib and of MariaDB),
 #     and dbserver's tests of the standby and PgBouncer that only those use;
@@ -31,7 +32,7 @@ MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
 #
 # testsum names what make test leaves out under "not selected", never as
 # skipped tests.
-LONG_TESTS := ^(TestBenchAllRunners|TestRestartPgBouncer|TestFailover|TestFailoverDuringCommit|TestPrivateStandbyPromote|TestPgBouncerStopStart|TestThrowawayGoneAfterSignal|TestThrowawayAfterKill|TestWithdbSIGTERM)$$
+LONG_TESTS := ^(TestBenchAllRunners|TestWriteChart|TestRestartPgBouncer|TestFailover|TestFailoverDuringCommit|TestPrivateStandbyPromote|TestPgBouncerStopStart|TestThrowawayGoneAfterSignal|TestThrowawayAfterKill|TestWithdbSIGTERM)$$
 LONG_PACKAGES := /engines$$
 
 # The go test commands, one per argument of testsum, run from integration/:
