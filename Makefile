@@ -27,8 +27,9 @@ MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
 #   - TXRETRY_LONG=1: the long mode of the campaigns that have a short one
 #     (the crash campaign: 30 kills per driver path instead of 10;
 #     TestFaultsAtEveryStep: 50 trials per cell instead of one per step and
-#     timing; the fault proxy's TestPostgresFaults: 20 repetitions of each
-#     drop fault instead of 5).
+#     timing; TestCampaign: 200 trials per driver path and mode instead of
+#     100; the fault proxy's TestPostgresFaults: 20 repetitions of each drop
+#     fault instead of 5).
 #
 # testsum names what make test leaves out under "not selected", never as
 # skipped tests.
@@ -57,7 +58,7 @@ test:
 	GO=$(GO) $(GO) run -C integration ./cmd/withdb -- \
 		$(GO) run ./cmd/testsum -j $(TEST_JOBS) -all "make test-all" \
 			-omit "github.com/txretry/txretry/integration/engines (Galera, PgBouncer, TiDB)" \
-			-omit "the long mode of the campaigns: 30 crash kills per path, 50 trials per step campaign cell, 20 proxy drops per fault (TXRETRY_LONG=1)" \
+			-omit "the campaigns' long mode (TXRETRY_LONG=1): 30 crash kills per path, 50 trials per step cell, 200 per campaign path, 20 proxy drops" \
 			"-C ../integration $(RACE) -count=1 -skip $(LONG_TESTS) $$pkgs" $(OTHER_COMMANDS)
 
 ## test-all: make test's tests plus the long ones (CI): the engine tests with the Galera cluster,

@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,7 +45,7 @@ func wantStepTrials(faults int) int {
 	if *stepTrials > 0 {
 		return *stepTrials
 	}
-	if long, _ := strconv.ParseBool(os.Getenv("TXRETRY_LONG")); long {
+	if longMode() {
 		return longStepTrials
 	}
 	return faults
