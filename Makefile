@@ -43,7 +43,7 @@ LONG_PACKAGES := /engines$$
 # server, not on a core. go test starts packages in the order given: the
 # integration module's longest ones (SLOW_FIRST) first, so that none starts
 # last and runs alone.
-SLOW_FIRST := ./scenarios ./adapters ./uncertain ./outage ./txbench ./internal/faultproxy ./dbserver ./crash
+SLOW_FIRST := ./scenarios ./uncertain ./adapters ./outage ./dbserver ./crash ./txbench ./internal/faultproxy
 TEST_JOBS ?= 3
 OTHER_MODULES := $(filter-out integration,$(MODULES))
 OTHER_COMMANDS := "-C .. $(RACE) -count=1 ./..." \
