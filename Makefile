@@ -17,25 +17,33 @@ MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
 #   - integration/engines: the Galera cluster, PgBouncer and TiDB of
 #     integration/cluster (withdb -cluster; a first run builds TiDB);
 #   - LONG_TESTS, left out of make test by -skip: txbench's full matrix of
-#     runners, workloads and drivers (make test keeps TestBenchSmoke); the
+#     runners, workloads and drivers (make test keeps TestBenchSmoke) and
+#     its chart's drawing (TestWriteChart, a PNG drawn under -race); the
 #     outage tests of PgBouncer and of a failover (make test keeps the
 #     restarts of PostgreSQL through pgxpool and pgx stdlib and of MariaDB),
 #     and dbserver's tests of the standby and PgBouncer that only those use;
 #     the throwaway servers' removal under signals, by dbserver and withdb
 #     (make test keeps their removal at a normal end);
 #   - TXRETRY_LONG=1: the long mode of the campaigns that have a short one
-#     (the crash campaign: 30 kills per driver path instead of 10).
+#     (the crash campaign: 30 kills per driver path instead of 10;
+#     TestFaultsAtEveryStep: 50 trials per cell instead of one per step and
+#     timing; TestCampaign: 200 trials per driver path and mode instead of
+#     100; the fault proxy's TestPostgresFaults: 20 repetitions of each drop
+#     fault instead of 5).
 #
 # testsum names what make test leaves out under "not selected", never as
 # skipped tests.
-LONG_TESTS := ^(TestBenchAllRunners|TestRestartPgBouncer|TestFailover|TestFailoverDuringCommit|TestPrivateStandbyPromote|TestPgBouncerStopStart|TestThrowawayGoneAfterSignal|TestThrowawayAfterKill|TestWithdbSIGTERM)$$
+LONG_TESTS := ^(TestBenchAllRunners|TestWriteChart|TestRestartPgBouncer|TestFailover|TestFailoverDuringCommit|TestPrivateStandbyPromote|TestPgBouncerStopStart|TestThrowawayGoneAfterSignal|TestThrowawayAfterKill|TestWithdbSIGTERM)$$
 LONG_PACKAGES := /engines$$
 
 # The go test commands, one per argument of testsum, run from integration/:
 # the integration module first (the longest), then the library's unit tests
 # and every other nested module. testsum runs TEST_JOBS of them at once, each
 # with go test's -p (GOMAXPROCS test binaries at once): most tests wait on a
-# server, not on a core.
+# server, not on a core. go test starts packages in the order given: the
+# integration module's longest ones (SLOW_FIRST) first, so that none starts
+# last and runs alone.
+SLOW_FIRST := ./scenarios ./uncertain ./adapters ./outage ./dbserver ./crash ./txbench ./internal/faultproxy
 TEST_JOBS ?= 3
 OTHER_MODULES := $(filter-out integration,$(MODULES))
 OTHER_COMMANDS := "-C .. $(RACE) -count=1 ./..." \
@@ -46,11 +54,11 @@ OTHER_COMMANDS := "-C .. $(RACE) -count=1 ./..." \
 ## else throwaway servers from the installed binaries: integration/cmd/withdb); ends with
 ## "N passed, N failed, N skipped", every skipped test's reason and what was not selected (integration/cmd/testsum)
 test:
-	pkgs=$$(cd integration && $(GO) list ./... | grep -v '$(LONG_PACKAGES)') && \
+	pkgs=$$(cd integration && $(GO) list $(SLOW_FIRST) ./... | grep -v '$(LONG_PACKAGES)') && \
 	GO=$(GO) $(GO) run -C integration ./cmd/withdb -- \
 		$(GO) run ./cmd/testsum -j $(TEST_JOBS) -all "make test-all" \
 			-omit "github.com/txretry/txretry/integration/engines (Galera, PgBouncer, TiDB)" \
-			-omit "the campaigns' long mode, e.g. the crash campaign's 30 kills (TXRETRY_LONG=1)" \
+			-omit "the campaigns' long mode (TXRETRY_LONG=1): 30 crash kills per path, 50 trials per step cell, 200 per campaign path, 20 proxy drops" \
 			"-C ../integration $(RACE) -count=1 -skip $(LONG_TESTS) $$pkgs" $(OTHER_COMMANDS)
 
 ## test-all: make test's tests plus the long ones (CI): the engine tests with the Galera cluster,

@@ -168,8 +168,10 @@ func processUser(t *testing.T, pid int) string {
 }
 
 // TestThrowawayGoneAfterNormalEnd checks that a program that closes its
-// throwaway servers leaves no process and no directory behind.
+// throwaway servers leaves no process and no directory behind. It runs
+// beside the other tests that start servers: most of a start is waiting.
 func TestThrowawayGoneAfterNormalEnd(t *testing.T) {
+	t.Parallel()
 	cmd, srvs := startHelper(t, "close")
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("helper: %v", err)
@@ -231,8 +233,10 @@ func TestThrowawayAfterKill(t *testing.T) {
 // TestThrowawayServers uses the throwaway servers as the tests use any
 // server: a database of their own, a namespace, and the DSN's form.
 func TestThrowawayServers(t *testing.T) {
+	t.Parallel()
 	for _, e := range []Engine{Postgres, MySQL} {
 		t.Run(e.String(), func(t *testing.T) {
+			t.Parallel()
 			srv := throwaway(t, e)
 			if srv.Source != "throwaway server" || !strings.Contains(srv.String(), "(throwaway server)") {
 				t.Errorf("Source %q, String %q", srv.Source, srv)

@@ -79,10 +79,13 @@ func refused(t *testing.T, db *sql.DB) {
 
 // TestPrivateStopStartSamePort stops a private server cleanly and kills it,
 // starting it again each time: it comes back on the same port with its
-// data, and is refused in between.
+// data, and is refused in between. The engines' servers, and the test,
+// run beside the other tests that start servers.
 func TestPrivateStopStartSamePort(t *testing.T) {
+	t.Parallel()
 	for _, e := range []Engine{Postgres, MySQL} {
 		t.Run(e.String(), func(t *testing.T) {
+			t.Parallel()
 			p := startPrivate(t, e)
 			if p.Source != "private server" || p.Port() == 5432 || p.Port() == 3306 {
 				t.Errorf("Source %q, port %d: want a private server on a free port", p.Source, p.Port())

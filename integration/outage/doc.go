@@ -22,8 +22,9 @@
 //
 // Each test runs the load twice where it has a control: with
 // WithRetryOnConnectionLoss and the commit marker (WithCommitMarker), and
-// without the option. The outage begins a second into the load, which
-// goes on for two seconds after it.
+// without the option. The outage begins once every worker has finished a
+// call, and the load goes on until every worker has finished two calls
+// begun after the server answered again.
 //
 //   - TestRestartPgxPool (pgxpool and pgxretry), TestRestartPgxStdlib
 //     (database/sql, driver "pgx"), TestRestartPQ (lib/pq) and

@@ -30,9 +30,14 @@ const (
 	accounts     = 10
 	initial      = 1_000_000
 	markerTable  = "txretry_commit_markers"
-	// before and after are how long the load runs around the outage.
-	before = time.Second
-	after  = 2 * time.Second
+	// The outage begins once every worker has finished warmCalls calls
+	// (its pooled connection is open), and the load goes on until every
+	// worker has finished afterCalls calls begun after the server answered
+	// again (the pool's dead connections are met and replaced), each wait
+	// at most settleLimit.
+	warmCalls   = 1
+	afterCalls  = 2
+	settleLimit = 30 * time.Second
 )
 
 // execer runs one statement inside the attempt's transaction.
@@ -208,8 +213,9 @@ type result struct {
 type window struct{ down, up time.Time }
 
 // load runs workers calling transfers through p with opts (and an observer
-// of their own) for before, then outage, then for after; it returns every
-// call and the outage's window.
+// of their own) until each has finished warmCalls calls, then outage, then
+// until each has finished afterCalls calls begun after the server answered
+// again; it returns every call and the outage's window.
 func load(t *testing.T, p *path, outage func() window, opts ...txretry.Option) ([]result, window) {
 	t.Helper()
 	var (
@@ -218,6 +224,10 @@ func load(t *testing.T, p *path, outage func() window, opts ...txretry.Option) (
 		mu      sync.Mutex
 		results []result
 		wg      sync.WaitGroup
+		// finished counts each worker's finished calls, finishedAfter
+		// those begun after up (Unix nanoseconds, 0 until the outage ends).
+		finished, finishedAfter [workers]atomic.Int64
+		up                      atomic.Int64
 	)
 	for w := range workers {
 		wg.Go(func() {
@@ -235,16 +245,42 @@ func load(t *testing.T, p *path, outage func() window, opts ...txretry.Option) (
 				mu.Lock()
 				results = append(results, r)
 				mu.Unlock()
+				finished[w].Add(1)
+				if u := up.Load(); u != 0 && r.start.UnixNano() > u {
+					finishedAfter[w].Add(1)
+				}
 			}
 		})
 	}
-	time.Sleep(before)
+	settle(t, "before the outage", &finished, warmCalls)
 	win := outage()
-	time.Sleep(after)
+	up.Store(win.up.UnixNano())
+	settle(t, "after the server answered again", &finishedAfter, afterCalls)
 	stop.Store(true)
 	wg.Wait()
 	t.Logf("%s: outage of %v (from the shutdown to the first answer)", p.name, win.up.Sub(win.down).Round(time.Millisecond))
 	return results, win
+}
+
+// settle waits until every worker's count is at least n, at most
+// settleLimit, and fails t if it is not.
+func settle(t *testing.T, when string, counts *[workers]atomic.Int64, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(settleLimit); ; time.Sleep(5 * time.Millisecond) {
+		lagging := 0
+		for i := range counts {
+			if counts[i].Load() < n {
+				lagging++
+			}
+		}
+		if lagging == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d of %d workers finished fewer than %d calls %s within %v", lagging, workers, n, when, settleLimit)
+			return
+		}
+	}
 }
 
 // restart is the outage of a server restart: Stop (fast shutdown), a

@@ -30,8 +30,26 @@ import (
 	"github.com/txretry/txretry/txretry"
 )
 
-var stepTrials = flag.Int("campaign.steptrials", 50,
-	"trials per cell (driver path, verify mode, with or without WithRetryOnConnectionLoss) of TestFaultsAtEveryStep; the full campaign is 1000")
+var stepTrials = flag.Int("campaign.steptrials", 0,
+	"trials per cell (driver path, verify mode, with or without WithRetryOnConnectionLoss) of TestFaultsAtEveryStep "+
+		"(default: one per step and timing, 15 to 21; 50 with TXRETRY_LONG true); the full campaign is 1000")
+
+// longStepTrials is TestFaultsAtEveryStep's trials per cell under
+// TXRETRY_LONG (make test-all).
+const longStepTrials = 50
+
+// wantStepTrials returns a cell's trials, given its number of distinct
+// faults (steps × timings): -campaign.steptrials, else 50 under
+// TXRETRY_LONG, else faults (each step broken once at each timing).
+func wantStepTrials(faults int) int {
+	if *stepTrials > 0 {
+		return *stepTrials
+	}
+	if longMode() {
+		return longStepTrials
+	}
+	return faults
+}
 
 // TestFaultsAtEveryStep breaks the connection at one randomly chosen
 // message of a call (BEGIN, either statement of fn, the verifier's
@@ -43,7 +61,10 @@ var stepTrials = flag.Int("campaign.steptrials", 50,
 // was returned. Each cell (driver path × verify mode × with and without
 // WithRetryOnConnectionLoss) runs -campaign.steptrials trials in a database
 // of its own, and ends with no connection in use, no server session left
-// and no goroutine left; the outcomes are logged as a table.
+// and no goroutine left; the outcomes are logged as a table. The trials go
+// through every step at every timing in a shuffled order, then round again:
+// make test's default (one round) breaks each step of each cell at each
+// timing once, and each step must have been broken.
 func TestFaultsAtEveryStep(t *testing.T) {
 	noLeaks(t)
 	var (
@@ -330,7 +351,14 @@ type stepCell struct {
 	trials, lost, twice, failedApplied, unexpected int
 	outcomes                                       map[string]int // by kind
 	armed, fired                                   map[string]int // by step
+	// faults are the cell's steps at every timing; broken counts the
+	// trials that broke each (by faultName).
+	faults []stepTrial
+	broken map[string]int
 }
+
+// faultName names a step at a timing.
+func faultName(step string, timing faultproxy.Fault) string { return step + " " + timingName(timing) }
 
 // stepTrial is one trial's fault and outcome.
 type stepTrial struct {
@@ -363,9 +391,21 @@ func (c *stepCell) run(t *testing.T, p *stepPath) {
 	if p.mysql {
 		conflict = "SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'conflict'"
 	}
-	for i := range *stepTrials {
+	c.broken = map[string]int{}
+	for _, s := range steps {
+		for _, tm := range stepTimings {
+			c.faults = append(c.faults, stepTrial{step: s, timing: tm})
+		}
+	}
+	faults := c.faults
+	var round []stepTrial
+	for i := range wantStepTrials(len(faults)) {
+		if i%len(faults) == 0 {
+			round = slices.Clone(faults)
+			rng.Shuffle(len(round), func(a, b int) { round[a], round[b] = round[b], round[a] })
+		}
 		tr := &stepTrial{id: fmt.Sprintf("%s-%s-%v-%d", c.driver, c.mode.name, c.connLoss, i),
-			step: steps[rng.IntN(len(steps))], timing: stepTimings[rng.IntN(len(stepTimings))]}
+			step: round[i%len(faults)].step, timing: round[i%len(faults)].timing}
 		amount := 1 + rng.IntN(100)
 		opts := []txretry.Option{txretry.WithCommitTimeout(5 * time.Second), txretry.WithVerifyTimeout(10 * time.Second)}
 		if c.connLoss {
@@ -438,6 +478,7 @@ func (c *stepCell) record(t *testing.T, p *stepPath, tr *stepTrial) {
 	c.armed[tr.step]++
 	if !slices.ContainsFunc(tr.fired, func(f func() bool) bool { return !f() }) {
 		c.fired[tr.step]++
+		c.broken[faultName(tr.step, tr.timing)]++
 	}
 	var n int
 	if err := p.direct.QueryRow("SELECT count(*) FROM "+ledgerTable+" WHERE id = "+p.ph(1), tr.id).Scan(&n); err != nil {
@@ -516,6 +557,15 @@ func (c *stepCell) finish(t *testing.T, p *stepPath, baseline int) {
 	}
 	if c.trials > 0 && c.fired[atCommit] == 0 && c.armed[atCommit] > 0 {
 		t.Errorf("no COMMIT trigger fired in %d tries", c.armed[atCommit])
+	}
+	// A round of trials tries every step at every timing: each must have
+	// broken the connection where it meant to, or the cell did not test it.
+	if c.trials >= len(c.faults) {
+		for _, f := range c.faults {
+			if name := faultName(f.step, f.timing); c.broken[name] == 0 {
+				t.Errorf("%d trials never broke the connection at %s (the step armed %d times at any timing)", c.trials, name, c.armed[f.step])
+			}
+		}
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,7 +23,33 @@ import (
 	"github.com/txretry/txretry/txretry"
 )
 
-var trials = flag.Int("campaign.trials", 200, "trials per driver path and mode in the randomized campaign")
+var trials = flag.Int("campaign.trials", 0,
+	"trials per driver path and mode in the randomized campaign (default: 100; 200 with TXRETRY_LONG true)")
+
+// Trials per driver path and mode of TestCampaign: shortTrials in make
+// test, longTrials under TXRETRY_LONG (make test-all).
+const (
+	shortTrials = 100
+	longTrials  = 200
+)
+
+// campaignTrials returns TestCampaign's trials per driver path and mode.
+func campaignTrials() int {
+	if *trials > 0 {
+		return *trials
+	}
+	if longMode() {
+		return longTrials
+	}
+	return shortTrials
+}
+
+// longMode reports whether TXRETRY_LONG is true: make test-all runs the
+// campaigns' full counts.
+func longMode() bool {
+	long, _ := strconv.ParseBool(os.Getenv("TXRETRY_LONG"))
+	return long
+}
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -180,7 +208,8 @@ func TestCampaign(t *testing.T) {
 					err error
 				}
 				const workers = 8
-				results := make(chan outcome, *trials)
+				n := campaignTrials()
+				results := make(chan outcome, n)
 				var next atomic.Int64
 				var wg sync.WaitGroup
 				for w := 0; w < workers; w++ {
@@ -189,7 +218,7 @@ func TestCampaign(t *testing.T) {
 						defer wg.Done()
 						for {
 							i := next.Add(1)
-							if i > int64(*trials) {
+							if i > int64(n) {
 								return
 							}
 							id := fmt.Sprintf("c-%s-%s-%d", p.name, m.name, i)
@@ -223,7 +252,7 @@ func TestCampaign(t *testing.T) {
 				}
 				st := p.proxy.Stats()
 				t.Logf("%d trials: %d ok, %d uncertain, %d failed; faults %v; lost %d, duplicated %d",
-					*trials, ok, uncertain, failed, st.Faults, lost, duplicated)
+					n, ok, uncertain, failed, st.Faults, lost, duplicated)
 				if lost != 0 || duplicated != 0 {
 					t.Fatalf("lost %d, duplicated %d effects: want none", lost, duplicated)
 				}

@@ -127,10 +127,23 @@ func (l errorLog) log(t *testing.T, what string) {
 	}
 }
 
+const stallTimeout = 300 * time.Millisecond
+
+// Each drop fault is repeated on each client: 5 times in make test, 20
+// under TXRETRY_LONG (make test-all). A drop is deterministic: the further
+// repetitions look for races in the proxy, a harness, not in the library.
 const (
-	dropRepetitions = 20
-	stallTimeout    = 300 * time.Millisecond
+	shortDropRepetitions = 5
+	longDropRepetitions  = 20
 )
+
+// dropRepetitions returns the repetitions of each drop fault.
+func dropRepetitions() int {
+	if long, _ := strconv.ParseBool(os.Getenv("TXRETRY_LONG")); long {
+		return longDropRepetitions
+	}
+	return shortDropRepetitions
+}
 
 // runFaultCases checks every fault kind against cl.
 func runFaultCases(t *testing.T, p *Proxy, cl client) {
@@ -158,7 +171,8 @@ func runFaultCases(t *testing.T, p *Proxy, cl client) {
 			before := p.Stats().Faults[tc.fault]
 			errs := errorLog{}
 			defer errs.log(t, tc.fault.String()+": commit error")
-			for i := range dropRepetitions {
+			reps := dropRepetitions()
+			for i := range reps {
 				id := nextID()
 				p.Arm(tc.fault)
 				err := cl.commitRow(t, id, 0)
@@ -170,8 +184,8 @@ func runFaultCases(t *testing.T, p *Proxy, cl client) {
 					t.Fatalf("repetition %d: row exists = %v, want %v", i, got, tc.committed)
 				}
 			}
-			if got := p.Stats().Faults[tc.fault] - before; got != dropRepetitions {
-				t.Errorf("Stats().Faults[%s] grew by %d, want %d", tc.fault, got, dropRepetitions)
+			if got := p.Stats().Faults[tc.fault] - before; got != reps {
+				t.Errorf("Stats().Faults[%s] grew by %d, want %d", tc.fault, got, reps)
 			}
 		})
 	}
