@@ -25,6 +25,51 @@ const (
 	DefaultMariaDBImage = "mariadb:11.4"
 )
 
+// testcontainersDefaults are the testcontainers-go settings that dbserver
+// sets in the process's environment when they are unset, before its first
+// call into testcontainers-go:
+//
+//   - TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1: where a container's mapped
+//     ports are dialled. Left unset, testcontainers-go dials the default
+//     gateway when it believes it runs inside a container (a /.dockerenv
+//     file, as on some CI machines), which is traffic off the machine;
+//     Docker publishes the ports on the host's loopback.
+//   - TESTCONTAINERS_RYUK_DISABLED=true: no reaper container, whose image
+//     may not be pullable; dbserver terminates its containers itself
+//     ([Server.Close], dbservertest.Main, withdb).
+//
+// A value already set (even empty) is kept: a remote Docker host needs its
+// own override.
+var testcontainersDefaults = [][2]string{
+	{"TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1"},
+	{"TESTCONTAINERS_RYUK_DISABLED", "true"},
+}
+
+// testcontainersEnv makes setTestcontainersEnv run once per process.
+var testcontainersEnv sync.Once
+
+// setTestcontainersEnv sets testcontainersDefaults in the environment, once.
+// Every path into testcontainers-go (checkDocker, startContainer) calls it
+// first.
+func setTestcontainersEnv() {
+	testcontainersEnv.Do(func() {
+		if err := applyDefaults(testcontainersDefaults, os.LookupEnv, os.Setenv); err != nil {
+			fmt.Fprintf(os.Stderr, "dbserver: %v\n", err)
+		}
+	})
+}
+
+// applyDefaults sets each unset variable of defaults with set.
+func applyDefaults(defaults [][2]string, lookup func(string) (string, bool), set func(string, string) error) error {
+	var errs []error
+	for _, kv := range defaults {
+		if _, ok := lookup(kv[0]); !ok {
+			errs = append(errs, set(kv[0], kv[1]))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // containerSpec describes a database container to start.
 type containerSpec struct {
 	// image is the image reference.
@@ -157,6 +202,7 @@ func startContainer(ctx context.Context, e Engine, spec containerSpec) (srv *Ser
 			err = fmt.Errorf("testcontainers panicked: %v", r)
 		}
 	}()
+	setTestcontainersEnv()
 	fmt.Fprintf(os.Stderr, "dbserver: %s is not set; starting container %s (at most %v)\n",
 		e.EnvVar(), spec.image, ContainerTimeout)
 	ctr, dsn, err := spec.run(ctx)
@@ -197,6 +243,7 @@ func dockerAvailable(ctx context.Context) error {
 // once more because the client falls back to the environment's defaults,
 // without an error, when the discovered engine does not answer.
 func checkDocker(ctx context.Context) (err error) {
+	setTestcontainersEnv()
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("testcontainers panicked: %v", r)

@@ -234,7 +234,7 @@ func TestThrowawayServers(t *testing.T) {
 	for _, e := range []Engine{Postgres, MySQL} {
 		t.Run(e.String(), func(t *testing.T) {
 			srv := throwaway(t, e)
-			if srv.Source != "throwaway server" || !strings.Contains(srv.String(), "(throwaway server)") {
+			if srv.Source != "throwaway server" || srv.Path() != "throwaway" || !strings.Contains(srv.String(), "(throwaway server)") {
 				t.Errorf("Source %q, String %q", srv.Source, srv)
 			}
 			if !strings.Contains(srv.DSN, "127.0.0.1:") || strings.Contains(srv.DSN, ":5432") || strings.Contains(srv.DSN, ":3306") {

@@ -97,6 +97,19 @@ func (s *Server) String() string {
 	return fmt.Sprintf("%s %s (%s)", product, version, s.Source)
 }
 
+// Path names the way Find got the server: "DSN" (from the environment),
+// "container" or "throwaway" (a server started from installed binaries).
+func (s *Server) Path() string {
+	switch {
+	case s.ctr != nil:
+		return "container"
+	case s.local != nil:
+		return "throwaway"
+	default:
+		return "DSN"
+	}
+}
+
 // FromContainer reports whether the server is a container Find started.
 func (s *Server) FromContainer() bool { return s.ctr != nil }
 
