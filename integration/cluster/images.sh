@@ -83,7 +83,11 @@ base() {
 	(
 		flock 9
 		image_exists "txretry/debian:$suite" && exit 0
-		timed "debootstrap $suite" root_tar "$suite"
+		if [ -s "$CACHE/$suite.tar" ]; then
+			log "reusing $CACHE/$suite.tar"
+		else
+			timed "debootstrap $suite" root_tar "$suite"
+		fi
 		timed "import txretry/debian:$suite" docker import "$CACHE/$suite.tar" "txretry/debian:$suite" >/dev/null
 	) 9>"$CACHE/$suite.lock"
 }
@@ -123,6 +127,12 @@ EXPOSE $port
 EOF
 }
 
+# docker_build IMAGE DIR LOG builds DIR's Dockerfile as IMAGE, output to LOG.
+# The legacy builder: Debian's dockerd has no BuildKit front end here.
+docker_build() {
+	DOCKER_BUILDKIT=0 docker build -q --network host -t "$1" "$2" >"$3" 2>&1
+}
+
 # build_one NAME builds NAME's image unless it exists.
 build_one() {
 	local name=$1 image suite pkg check dir rc=0
@@ -136,8 +146,7 @@ build_one() {
 	dockerfile "$suite" "$pkg" "$check" >"$dir/Dockerfile"
 	cp "$CLUSTER_DIR/images-entrypoint.sh" "$dir/entrypoint.sh"
 	chmod 755 "$dir/entrypoint.sh"
-	timed "build $image" env DOCKER_BUILDKIT=0 docker build -q --network host -t "$image" "$dir" \
-		>"$RUN_DIR/images-$name.log" 2>&1 || rc=$?
+	timed "build $image" docker_build "$image" "$dir" "$RUN_DIR/images-$name.log" || rc=$?
 	[ "$rc" -eq 0 ] || tail -n 20 "$RUN_DIR/images-$name.log" >&2
 	rm -rf "$dir"
 	return "$rc"
@@ -166,7 +175,7 @@ cmd_build() {
 		[ "$(cat "$RUN_DIR/images-$n.rc" 2>/dev/null)" = 0 ] || failed=$((failed + 1))
 		rm -f "$RUN_DIR/images-$n.rc"
 	done
-	log "built ${#names[@]} image(s) in $(elapsed "$t0")s, $failed failed"
+	log "${#names[@]} image(s) ready in $(elapsed "$t0")s, $failed failed"
 	[ "$failed" -eq 0 ]
 }
 
