@@ -120,7 +120,7 @@ matrix:
 		echo "== matrix: $$pg + $$my"; start=$$(date +%s); \
 		if env -u TXRETRY_PG_DSN -u TXRETRY_MYSQL_DSN -u TXRETRY_MYSQL_FLAVOR \
 			TXRETRY_PG_IMAGE=$$pg TXRETRY_MYSQL_IMAGE=$$my GO=$(GO) $(GO) run -C integration ./cmd/withdb -- \
-			$(GO) run ./cmd/testsum "-C ../integration $(RACE) -count=1 $(MATRIX_PACKAGES)"; \
+			$(GO) run ./cmd/testsum "-C ../integration $(RACE) -count=1 -timeout 20m $(MATRIX_PACKAGES)"; \
 		then echo "== matrix: $$pg + $$my passed in $$(($$(date +%s) - start))s"; \
 		else echo "== matrix: $$pg + $$my FAILED in $$(($$(date +%s) - start))s"; failed="$$failed $$pg+$$my"; fi; \
 	done; \

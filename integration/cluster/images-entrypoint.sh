@@ -8,7 +8,9 @@
 #   mysql:    "port: 3306  MySQL Community Server", and mariadb:
 #             "port: 3306  mariadb.org binary distribution": Debian's
 #             servers log another version comment, so this script logs the
-#             line itself once the final server answers on TCP port 3306.
+#             line itself once the server answers on TCP port 3306. The
+#             data directory is initialized when the image is built and the
+#             variables applied with --init-file: one server start.
 set -euo pipefail
 
 say() { printf '%s [txretry-entrypoint] %s\n' "$(date -u +%FT%TZ)" "$*" >&2; }
@@ -48,11 +50,11 @@ postgres_main() {
 }
 
 mysql_main() {
-	local server=$1 client admin root_pw empty db user pw sock=/var/run/mysqld/init.sock pid comment i
+	local server=$1 admin root_pw empty db user pw init=/var/run/mysqld/txretry-init.sql pid comment i
 	shift
-	client=mysql admin=mysqladmin comment="MySQL Community Server - GPL"
+	admin=mysqladmin comment="MySQL Community Server - GPL"
 	if [ "$server" = mariadbd ]; then
-		client=mariadb admin=mariadb-admin comment="mariadb.org binary distribution"
+		admin=mariadb-admin comment="mariadb.org binary distribution"
 	fi
 	root_pw=${MARIADB_ROOT_PASSWORD:-${MYSQL_ROOT_PASSWORD:-}}
 	empty=${MARIADB_ALLOW_EMPTY_ROOT_PASSWORD:-${MYSQL_ALLOW_EMPTY_PASSWORD:-}}
@@ -61,39 +63,36 @@ mysql_main() {
 	pw=${MARIADB_PASSWORD:-${MYSQL_PASSWORD:-}}
 	mkdir -p /var/run/mysqld /var/lib/mysql
 	chown mysql:mysql /var/run/mysqld /var/lib/mysql
-	if [ ! -d /var/lib/mysql/mysql ]; then
+	# The image holds a data directory initialized at build time (root
+	# without a password, on localhost only); an empty one is initialized
+	# here.
+	[ -d /var/lib/mysql/mysql ] || init_datadir "$server"
+	# skip-name-resolve, as the official images: no reverse lookup of each
+	# client's address (the container has no resolver it may reach; each
+	# lookup would cost a connection 10 s).
+	set -- --user=mysql --datadir=/var/lib/mysql --bind-address=0.0.0.0 --port=3306 --skip-name-resolve "$@"
+	if [ ! -e /var/lib/mysql/.txretry-configured ]; then
 		if [ -z "$root_pw" ] && [ -z "$empty" ]; then
 			say "error: set MYSQL_ROOT_PASSWORD or MYSQL_ALLOW_EMPTY_PASSWORD (or their MARIADB_ names)"
 			exit 1
 		fi
-		say "initializing /var/lib/mysql"
-		if [ "$server" = mariadbd ]; then
-			mariadb-install-db --user=mysql --datadir=/var/lib/mysql --skip-test-db \
-				--auth-root-authentication-method=normal >/dev/null
-		else
-			mysqld --initialize-insecure --user=mysql --datadir=/var/lib/mysql
-		fi
-		"$server" --user=mysql --datadir=/var/lib/mysql --skip-networking --socket="$sock" "$@" &
-		pid=$!
-		for ((i = 0; i < 120; i++)); do
-			"$admin" --socket="$sock" -uroot ping >/dev/null 2>&1 && break
-			kill -0 "$pid" 2>/dev/null || { say "error: the setup server exited"; exit 1; }
-			sleep 0.5
-		done
+		# The variables take effect through --init-file, run once by the
+		# server as it starts: no second server start.
 		{
-			echo "CREATE USER 'root'@'%' IDENTIFIED BY '$root_pw';"
+			echo "CREATE USER IF NOT EXISTS 'root'@'%' IDENTIFIED BY '$root_pw';"
 			echo "GRANT ALL ON *.* TO 'root'@'%' WITH GRANT OPTION;"
 			echo "ALTER USER 'root'@'localhost' IDENTIFIED BY '$root_pw';"
 			[ -z "$db" ] || echo "CREATE DATABASE IF NOT EXISTS \`$db\`;"
 			if [ -n "$user" ] && [ "$user" != root ]; then
-				echo "CREATE USER '$user'@'%' IDENTIFIED BY '$pw';"
+				echo "CREATE USER IF NOT EXISTS '$user'@'%' IDENTIFIED BY '$pw';"
 				[ -z "$db" ] || echo "GRANT ALL ON \`$db\`.* TO '$user'@'%';"
 			fi
-		} | "$client" --socket="$sock" -uroot
-		"$admin" --socket="$sock" -uroot ${root_pw:+-p"$root_pw"} shutdown
-		wait "$pid" || true
+		} >"$init"
+		chown mysql "$init"
+		touch /var/lib/mysql/.txretry-configured
+		set -- "$@" --init-file="$init"
 	fi
-	"$server" --user=mysql --datadir=/var/lib/mysql --bind-address=0.0.0.0 --port=3306 "$@" &
+	"$server" "$@" &
 	pid=$!
 	trap 'kill -TERM "$pid" 2>/dev/null' TERM INT
 	for ((i = 0; ; i++)); do
@@ -109,8 +108,20 @@ mysql_main() {
 	wait "$pid" || exit $?
 }
 
+# init_datadir SERVER initializes /var/lib/mysql: root@localhost without a
+# password. The image build runs it too.
+init_datadir() {
+	if [ "$1" = mariadbd ]; then
+		mariadb-install-db --user=mysql --datadir=/var/lib/mysql --skip-test-db \
+			--auth-root-authentication-method=normal >/dev/null
+	else
+		mysqld --initialize-insecure --user=mysql --datadir=/var/lib/mysql
+	fi
+}
+
 case "${1:-}" in
 postgres) shift; postgres_main "$@" ;;
 mysqld | mariadbd) mysql_main "$@" ;;
+init-datadir) rm -rf /var/lib/mysql/* && init_datadir "$2" ;;
 *) exec "$@" ;;
 esac

@@ -17,8 +17,9 @@
 #   mariadb-11.8   txretry/mariadb:11.8    trixie   mariadb-server
 #   mysql-9.7      txretry/mysql:9.7       sid      mysql-server (Oracle MySQL)
 #
-# Idempotent: an existing image is kept (IMAGES_REBUILD=1 rebuilds), and so
-# are the base images and the root tarballs cached in
+# Idempotent: an existing image built from the current Dockerfile and
+# entrypoint (its label org.txretry.recipe) is kept (IMAGES_REBUILD=1
+# rebuilds it), and so are the base images and the root tarballs cached in
 # ${TXRETRY_CACHE_DIR:-$XDG_CACHE_HOME/txretry}/debian/<suite>.tar. A build
 # fails when the package's version is not the one of the tag. IMAGES_JOBS
 # (3) builds run at once; each step's time is logged and appended to
@@ -103,13 +104,15 @@ dockerfile() {
 		;;
 	my:*)
 		verify="(mysqld --version || mariadbd --version) 2>/dev/null | grep -F ' Ver ${check#my:}.'"
-		# The packages initialize /var/lib/mysql; the entrypoint does it with
-		# the container's variables. Log to stderr (docker logs).
-		post="rm -rf /var/lib/mysql/* && sed -i -E '/^[[:space:]]*log[-_]error/d' \$(grep -rl . /etc/mysql)"
+		# Log to stderr (docker logs); a data directory of the entrypoint's
+		# (the packages' own has other root accounts), so that a container
+		# starts its server once.
 		cmd=mysqld port=3306
 		[ "$pkg" = mariadb-server ] && cmd=mariadbd
+		post="sed -i -E '/^[[:space:]]*log[-_]error/d' \$(grep -rl . /etc/mysql); txretry-entrypoint init-datadir $cmd"
 		;;
 	esac
+	# The install layer comes first, so that a changed entrypoint reuses it.
 	cat <<EOF
 FROM txretry/debian:$suite
 RUN set -eux; \\
@@ -119,8 +122,10 @@ RUN set -eux; \\
 	apt-get update -qq; \\
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Dpkg::Options::=--force-confold $pkg >/dev/null; \\
 	apt-get clean; rm -rf /var/lib/apt/lists/*; \\
-	$verify; $post
+	$verify
 COPY entrypoint.sh /usr/local/bin/txretry-entrypoint
+RUN $post
+LABEL org.txretry.recipe=$recipe
 ENTRYPOINT ["/usr/local/bin/txretry-entrypoint"]
 CMD ["$cmd"]
 EXPOSE $port
@@ -133,11 +138,15 @@ docker_build() {
 	DOCKER_BUILDKIT=0 docker build -q --network host -t "$1" "$2" >"$3" 2>&1
 }
 
-# build_one NAME builds NAME's image unless it exists.
+# build_one NAME builds NAME's image unless it exists and was built from
+# the current recipe (Dockerfile and entrypoint, a label of the image).
 build_one() {
-	local name=$1 image suite pkg check dir rc=0
+	local name=$1 image suite pkg check dir recipe="" rc=0
 	read -r image suite pkg check <<<"${SPEC[$name]}"
-	if [ "${IMAGES_REBUILD:-}" != 1 ] && image_exists "$image"; then
+	recipe=$({ dockerfile "$suite" "$pkg" "$check"; cat "$CLUSTER_DIR/images-entrypoint.sh"; } |
+		sha256sum | cut -c1-16)
+	if [ "${IMAGES_REBUILD:-}" != 1 ] &&
+		[ "$(docker image inspect -f '{{index .Config.Labels "org.txretry.recipe"}}' "$image" 2>/dev/null)" = "$recipe" ]; then
 		log "$image exists"
 		return 0
 	fi

@@ -94,10 +94,11 @@ func postgresContainer(getenv func(string) string) containerSpec {
 	return containerSpec{
 		image: image,
 		run: func(ctx context.Context) (testcontainers.Container, string, error) {
-			// BasicWaitStrategies waits for "ready to accept connections"
-			// twice (the entrypoint restarts the server after its init
-			// scripts) and for the mapped port.
-			c, err := postgres.Run(ctx, image, postgres.BasicWaitStrategies(), quiet)
+			// As postgres.BasicWaitStrategies: "ready to accept
+			// connections" twice (the entrypoint restarts the server after
+			// its init scripts), then the mapped port; within waitDeadline.
+			c, err := postgres.Run(ctx, image, containerWait("5432/tcp",
+				wait.ForLog("database system is ready to accept connections").WithOccurrence(2)), quiet)
 			if c == nil || err != nil {
 				return containerOrNil(c), "", err
 			}
@@ -144,14 +145,13 @@ func mysqlContainer(getenv func(string) string) (containerSpec, error) {
 	if err != nil {
 		return containerSpec{}, err
 	}
-	// The modules wait for the final server's "port: 3306" log line;
-	// waiting for the mapped port as well avoids a race with Docker
-	// Desktop's port proxy.
-	waitPort := testcontainers.WithAdditionalWaitStrategy(wait.ForListeningPort("3306/tcp"))
+	// The modules' log line of the final server ("port: 3306" and the
+	// version comment), then the mapped port, which avoids a race with
+	// Docker Desktop's port proxy; within waitDeadline.
 	run := func(ctx context.Context) (testcontainers.Container, string, error) {
 		c, err := mysql.Run(ctx, image,
 			mysql.WithUsername("root"), mysql.WithPassword(""), mysql.WithDatabase("test"),
-			waitPort, quiet)
+			containerWait("3306/tcp", wait.ForLog("port: 3306  MySQL Community Server")), quiet)
 		if c == nil || err != nil {
 			return containerOrNil(c), "", err
 		}
@@ -162,7 +162,7 @@ func mysqlContainer(getenv func(string) string) (containerSpec, error) {
 		run = func(ctx context.Context) (testcontainers.Container, string, error) {
 			c, err := mariadb.Run(ctx, image,
 				mariadb.WithUsername("root"), mariadb.WithPassword(""), mariadb.WithDatabase("test"),
-				waitPort, quiet)
+				containerWait("3306/tcp", wait.ForLog("port: 3306  mariadb.org binary distribution")), quiet)
 			if c == nil || err != nil {
 				return containerOrNil(c), "", err
 			}
@@ -171,6 +171,20 @@ func mysqlContainer(getenv func(string) string) (containerSpec, error) {
 		}
 	}
 	return containerSpec{image: image, run: run}, nil
+}
+
+// waitDeadline bounds a container's wait strategy. The modules' own
+// strategies give up after 60 s, which a MySQL server initializing its data
+// directory on a loaded two-core machine exceeds; ContainerTimeout still
+// bounds the whole start.
+const waitDeadline = ContainerTimeout
+
+// containerWait replaces a module's wait strategy by ready (its log line) and
+// then port listening, each within waitDeadline.
+func containerWait(port string, ready *wait.LogStrategy) testcontainers.CustomizeRequestOption {
+	return testcontainers.WithWaitStrategyAndDeadline(waitDeadline,
+		ready.WithStartupTimeout(waitDeadline),
+		wait.ForListeningPort(port).WithStartupTimeout(waitDeadline))
 }
 
 // containerOrNil turns a nil module container into a nil interface, so that
