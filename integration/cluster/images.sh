@@ -184,6 +184,8 @@ cmd_build() {
 		[ "$(cat "$RUN_DIR/images-$n.rc" 2>/dev/null)" = 0 ] || failed=$((failed + 1))
 		rm -f "$RUN_DIR/images-$n.rc"
 	done
+	# Earlier builds of a rebuilt image, now untagged.
+	docker image prune -f --filter label=org.txretry.recipe >/dev/null 2>&1 || true
 	log "${#names[@]} image(s) ready in $(elapsed "$t0")s, $failed failed"
 	[ "$failed" -eq 0 ]
 }
