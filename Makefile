@@ -115,12 +115,21 @@ env:
 	@echo "export TXRETRY_PG_DSN='$(PG_DSN)'"
 	@echo "export TXRETRY_MYSQL_DSN='$(MYSQL_DSN)'"
 
-## matrix: the integration suite against each database version in containers (needs Docker)
+## matrix: the scenario and uncertain-commit suites (MATRIX_PACKAGES) in containers (needs Docker), once per
+## pair of images: the first of PG_IMAGES with the first of MYSQL_IMAGES, and so on; through withdb and testsum
+## (under CI=true a skipped test fails). CI pairs the images of integration/cluster/images.sh.
 PG_IMAGES ?= postgres:13-alpine postgres:14-alpine postgres:15-alpine postgres:16-alpine postgres:17-alpine
 MYSQL_IMAGES ?= mysql:8.0 mysql:8.4 mariadb:10.6 mariadb:10.11 mariadb:11.4
+MATRIX_PACKAGES ?= ./scenarios/ ./uncertain/
 matrix:
-	@set -e; for pg in $(PG_IMAGES); do for my in $(MYSQL_IMAGES); do \
-		echo "== $$pg + $$my"; \
-		(cd integration && env -u TXRETRY_PG_DSN -u TXRETRY_MYSQL_DSN TXRETRY_PG_IMAGE=$$pg TXRETRY_MYSQL_IMAGE=$$my \
-			$(GO) test $(RACE) -count=1 ./scenarios/ ./uncertain/); \
-	done; done
+	@set -- $(MYSQL_IMAGES); \
+	if [ $$# -ne $(words $(PG_IMAGES)) ]; then echo "PG_IMAGES and MYSQL_IMAGES must name as many images" >&2; exit 2; fi; \
+	failed=""; for pg in $(PG_IMAGES); do my=$$1; shift; \
+		echo "== matrix: $$pg + $$my"; start=$$(date +%s); \
+		if env -u TXRETRY_PG_DSN -u TXRETRY_MYSQL_DSN -u TXRETRY_MYSQL_FLAVOR \
+			TXRETRY_PG_IMAGE=$$pg TXRETRY_MYSQL_IMAGE=$$my GO=$(GO) $(GO) run -C integration ./cmd/withdb -- \
+			$(GO) run ./cmd/testsum "-C ../integration $(RACE) -count=1 -timeout 20m $(MATRIX_PACKAGES)"; \
+		then echo "== matrix: $$pg + $$my passed in $$(($$(date +%s) - start))s"; \
+		else echo "== matrix: $$pg + $$my FAILED in $$(($$(date +%s) - start))s"; failed="$$failed $$pg+$$my"; fi; \
+	done; \
+	if [ -n "$$failed" ]; then echo "== matrix failed:$$failed"; exit 1; fi

@@ -25,6 +25,51 @@ const (
 	DefaultMariaDBImage = "mariadb:11.4"
 )
 
+// testcontainersDefaults are the testcontainers-go settings that dbserver
+// sets in the process's environment when they are unset, before its first
+// call into testcontainers-go:
+//
+//   - TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1: where a container's mapped
+//     ports are dialled. Left unset, testcontainers-go dials the default
+//     gateway when it believes it runs inside a container (a /.dockerenv
+//     file, as on some CI machines), which is traffic off the machine;
+//     Docker publishes the ports on the host's loopback.
+//   - TESTCONTAINERS_RYUK_DISABLED=true: no reaper container, whose image
+//     may not be pullable; dbserver terminates its containers itself
+//     ([Server.Close], dbservertest.Main, withdb).
+//
+// A value already set (even empty) is kept: a remote Docker host needs its
+// own override.
+var testcontainersDefaults = [][2]string{
+	{"TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1"},
+	{"TESTCONTAINERS_RYUK_DISABLED", "true"},
+}
+
+// testcontainersEnv makes setTestcontainersEnv run once per process.
+var testcontainersEnv sync.Once
+
+// setTestcontainersEnv sets testcontainersDefaults in the environment, once.
+// Every path into testcontainers-go (checkDocker, startContainer) calls it
+// first.
+func setTestcontainersEnv() {
+	testcontainersEnv.Do(func() {
+		if err := applyDefaults(testcontainersDefaults, os.LookupEnv, os.Setenv); err != nil {
+			fmt.Fprintf(os.Stderr, "dbserver: %v\n", err)
+		}
+	})
+}
+
+// applyDefaults sets each unset variable of defaults with set.
+func applyDefaults(defaults [][2]string, lookup func(string) (string, bool), set func(string, string) error) error {
+	var errs []error
+	for _, kv := range defaults {
+		if _, ok := lookup(kv[0]); !ok {
+			errs = append(errs, set(kv[0], kv[1]))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // containerSpec describes a database container to start.
 type containerSpec struct {
 	// image is the image reference.
@@ -49,10 +94,11 @@ func postgresContainer(getenv func(string) string) containerSpec {
 	return containerSpec{
 		image: image,
 		run: func(ctx context.Context) (testcontainers.Container, string, error) {
-			// BasicWaitStrategies waits for "ready to accept connections"
-			// twice (the entrypoint restarts the server after its init
-			// scripts) and for the mapped port.
-			c, err := postgres.Run(ctx, image, postgres.BasicWaitStrategies(), quiet)
+			// As postgres.BasicWaitStrategies: "ready to accept
+			// connections" twice (the entrypoint restarts the server after
+			// its init scripts), then the mapped port; within waitDeadline.
+			c, err := postgres.Run(ctx, image, containerWait("5432/tcp",
+				wait.ForLog("database system is ready to accept connections").WithOccurrence(2)), quiet)
 			if c == nil || err != nil {
 				return containerOrNil(c), "", err
 			}
@@ -99,14 +145,13 @@ func mysqlContainer(getenv func(string) string) (containerSpec, error) {
 	if err != nil {
 		return containerSpec{}, err
 	}
-	// The modules wait for the final server's "port: 3306" log line;
-	// waiting for the mapped port as well avoids a race with Docker
-	// Desktop's port proxy.
-	waitPort := testcontainers.WithAdditionalWaitStrategy(wait.ForListeningPort("3306/tcp"))
+	// The modules' log line of the final server ("port: 3306" and the
+	// version comment), then the mapped port, which avoids a race with
+	// Docker Desktop's port proxy; within waitDeadline.
 	run := func(ctx context.Context) (testcontainers.Container, string, error) {
 		c, err := mysql.Run(ctx, image,
 			mysql.WithUsername("root"), mysql.WithPassword(""), mysql.WithDatabase("test"),
-			waitPort, quiet)
+			containerWait("3306/tcp", wait.ForLog("port: 3306  MySQL Community Server")), quiet)
 		if c == nil || err != nil {
 			return containerOrNil(c), "", err
 		}
@@ -117,7 +162,7 @@ func mysqlContainer(getenv func(string) string) (containerSpec, error) {
 		run = func(ctx context.Context) (testcontainers.Container, string, error) {
 			c, err := mariadb.Run(ctx, image,
 				mariadb.WithUsername("root"), mariadb.WithPassword(""), mariadb.WithDatabase("test"),
-				waitPort, quiet)
+				containerWait("3306/tcp", wait.ForLog("port: 3306  mariadb.org binary distribution")), quiet)
 			if c == nil || err != nil {
 				return containerOrNil(c), "", err
 			}
@@ -126,6 +171,20 @@ func mysqlContainer(getenv func(string) string) (containerSpec, error) {
 		}
 	}
 	return containerSpec{image: image, run: run}, nil
+}
+
+// waitDeadline bounds a container's wait strategy. The modules' own
+// strategies give up after 60 s, which a MySQL server initializing its data
+// directory on a loaded two-core machine exceeds; ContainerTimeout still
+// bounds the whole start.
+const waitDeadline = ContainerTimeout
+
+// containerWait replaces a module's wait strategy by ready (its log line) and
+// then port listening, each within waitDeadline.
+func containerWait(port string, ready *wait.LogStrategy) testcontainers.CustomizeRequestOption {
+	return testcontainers.WithWaitStrategyAndDeadline(waitDeadline,
+		ready.WithStartupTimeout(waitDeadline),
+		wait.ForListeningPort(port).WithStartupTimeout(waitDeadline))
 }
 
 // containerOrNil turns a nil module container into a nil interface, so that
@@ -157,6 +216,7 @@ func startContainer(ctx context.Context, e Engine, spec containerSpec) (srv *Ser
 			err = fmt.Errorf("testcontainers panicked: %v", r)
 		}
 	}()
+	setTestcontainersEnv()
 	fmt.Fprintf(os.Stderr, "dbserver: %s is not set; starting container %s (at most %v)\n",
 		e.EnvVar(), spec.image, ContainerTimeout)
 	ctr, dsn, err := spec.run(ctx)
@@ -197,6 +257,7 @@ func dockerAvailable(ctx context.Context) error {
 // once more because the client falls back to the environment's defaults,
 // without an error, when the discovered engine does not answer.
 func checkDocker(ctx context.Context) (err error) {
+	setTestcontainersEnv()
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("testcontainers panicked: %v", r)

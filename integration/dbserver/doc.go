@@ -13,7 +13,13 @@
 //  2. a container started with testcontainers-go when a Docker engine
 //     answers: postgres:17-alpine, and mysql:8.4 or, with
 //     TXRETRY_MYSQL_FLAVOR=mariadb, mariadb:11.4 (TXRETRY_PG_IMAGE and
-//     TXRETRY_MYSQL_IMAGE override the images);
+//     TXRETRY_MYSQL_IMAGE override the images). Before its first call into
+//     testcontainers-go, dbserver sets TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1
+//     (mapped ports are dialled on loopback, never on a gateway) and
+//     TESTCONTAINERS_RYUK_DISABLED=true (no reaper image; dbserver
+//     terminates its containers) unless they are set. An image variable
+//     set while Docker does not answer is an error, not a reason to look
+//     further;
 //  3. a throwaway server started from the binaries installed on the machine:
 //     PostgreSQL's initdb and postgres, MariaDB's mariadb-install-db and
 //     mariadbd (or MySQL's mysqld --initialize-insecure and mysqld), found

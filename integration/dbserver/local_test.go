@@ -238,7 +238,7 @@ func TestThrowawayServers(t *testing.T) {
 		t.Run(e.String(), func(t *testing.T) {
 			t.Parallel()
 			srv := throwaway(t, e)
-			if srv.Source != "throwaway server" || !strings.Contains(srv.String(), "(throwaway server)") {
+			if srv.Source != "throwaway server" || srv.Path() != "throwaway" || !strings.Contains(srv.String(), "(throwaway server)") {
 				t.Errorf("Source %q, String %q", srv.Source, srv)
 			}
 			if !strings.Contains(srv.DSN, "127.0.0.1:") || strings.Contains(srv.DSN, ":5432") || strings.Contains(srv.DSN, ":3306") {

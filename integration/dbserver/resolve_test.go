@@ -148,6 +148,15 @@ func TestResolveErrors(t *testing.T) {
 			wantIn:         []string{EnvMySQLFlavor},
 		},
 		{
+			name:           "image set but no Docker",
+			engine:         MySQL,
+			env:            map[string]string{EnvMySQLImage: "mariadb:11.8"},
+			dockerErr:      noDocker,
+			wantConfigured: true,
+			wantIn:         []string{"TXRETRY_MYSQL_IMAGE is set but Docker is not available: no socket"},
+			wantCalls:      calls{docker: 1},
+		},
+		{
 			name:      "container fails",
 			engine:    Postgres,
 			startErr:  errors.New("pull access denied"),

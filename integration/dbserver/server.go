@@ -35,8 +35,9 @@ const (
 
 // Timeouts of the steps that talk to Docker or to a server.
 const (
-	// DockerTimeout bounds the check that a Docker engine answers.
-	DockerTimeout = 5 * time.Second
+	// DockerTimeout bounds the check that a Docker engine answers: 5 s
+	// were exceeded by a running engine on a loaded two-core machine.
+	DockerTimeout = 15 * time.Second
 	// ContainerTimeout bounds starting one container, image pull included.
 	ContainerTimeout = 3 * time.Minute
 	// LocalTimeout bounds starting one throwaway server from installed
@@ -95,6 +96,19 @@ func (s *Server) String() string {
 	}
 	version, _, _ = strings.Cut(version, " ") // "15.4 (Debian 15.4-1)"
 	return fmt.Sprintf("%s %s (%s)", product, version, s.Source)
+}
+
+// Path names the way Find got the server: "DSN" (from the environment),
+// "container" or "throwaway" (a server started from installed binaries).
+func (s *Server) Path() string {
+	switch {
+	case s.ctr != nil:
+		return "container"
+	case s.local != nil:
+		return "throwaway"
+	default:
+		return "DSN"
+	}
 }
 
 // FromContainer reports whether the server is a container Find started.
@@ -240,6 +254,12 @@ func (r resolver) find(ctx context.Context, e Engine) (*Server, error) {
 		return nil, &UnavailableError{Engine: e, Configured: true, Err: err}
 	}
 	dockerErr := r.docker(ctx)
+	if imageVar := imageEnvVar(e); dockerErr != nil && strings.TrimSpace(r.getenv(imageVar)) != "" {
+		// An image asked for by name means containers (make matrix): a
+		// throwaway server instead would test another server silently.
+		return nil, &UnavailableError{Engine: e, Configured: true,
+			Err: fmt.Errorf("%s is set but Docker is not available: %w", imageVar, dockerErr)}
+	}
 	if dockerErr == nil {
 		srv, err := r.container(ctx, e, spec)
 		if err != nil {
@@ -270,6 +290,14 @@ func (r resolver) find(ctx context.Context, e Engine) (*Server, error) {
 			Err: errors.Join(fmt.Errorf("throwaway server from %s does not answer: %w", bin.server, err), srv.Close())}
 	}
 	return srv, nil
+}
+
+// imageEnvVar is the variable that names e's container image.
+func imageEnvVar(e Engine) string {
+	if e == Postgres {
+		return EnvPGImage
+	}
+	return EnvMySQLImage
 }
 
 // probe pings the server until it answers or PingTimeout passes, and reads

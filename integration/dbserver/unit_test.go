@@ -3,6 +3,7 @@ package dbserver
 import (
 	"context"
 	"errors"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -245,5 +246,54 @@ func TestNamespaceRejectsBadNames(t *testing.T) {
 		if _, err := srv.Namespace(context.Background(), name); !errors.Is(err, ErrBadName) {
 			t.Errorf("Namespace(%q) error = %v, want ErrBadName", name, err)
 		}
+	}
+}
+
+func TestApplyDefaults(t *testing.T) {
+	env := map[string]string{"SET": "mine", "EMPTY": ""}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	set := func(k, v string) error { env[k] = v; return nil }
+	defaults := [][2]string{{"SET", "d1"}, {"EMPTY", "d2"}, {"UNSET", "d3"}}
+	if err := applyDefaults(defaults, lookup, set); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"SET": "mine", "EMPTY": "", "UNSET": "d3"}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s = %q, want %q", k, env[k], v)
+		}
+	}
+	setErr := errors.New("read-only environment")
+	unset := func(string) (string, bool) { return "", false }
+	err := applyDefaults(defaults, unset, func(string, string) error { return setErr })
+	if !errors.Is(err, setErr) {
+		t.Errorf("applyDefaults with a failing set = %v, want %v", err, setErr)
+	}
+}
+
+// TestTestcontainersEnvBeforeDocker: the Docker check, the first call into
+// testcontainers-go on every path, leaves the host override and the
+// disabled reaper in the environment, so that testcontainers-go never dials
+// the default gateway of a machine with a /.dockerenv. When the test
+// process started without them, they are the loopback and true.
+func TestTestcontainersEnvBeforeDocker(t *testing.T) {
+	before := map[string]bool{}
+	for _, kv := range testcontainersDefaults {
+		_, before[kv[0]] = os.LookupEnv(kv[0])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), DockerTimeout)
+	defer cancel()
+	_ = checkDocker(ctx) // with or without an engine
+	for _, kv := range testcontainersDefaults {
+		got, ok := os.LookupEnv(kv[0])
+		switch {
+		case !ok:
+			t.Errorf("%s is unset after the Docker check", kv[0])
+		case !before[kv[0]] && got != kv[1]:
+			t.Errorf("%s = %q after the Docker check, want %q", kv[0], got, kv[1])
+		}
+	}
+	if got := os.Getenv("TESTCONTAINERS_HOST_OVERRIDE"); !before["TESTCONTAINERS_HOST_OVERRIDE"] && got != "127.0.0.1" {
+		t.Errorf("host override %q is not the loopback", got)
 	}
 }

@@ -404,6 +404,14 @@ func mysqlOn(t *testing.T, dsn string) *driverPath {
 		cfg.Params = map[string]string{}
 	}
 	cfg.Params["innodb_lock_wait_timeout"] = mysqlLockWaitTimeout
+	if snapshotIsolationOn(t) {
+		// MariaDB 11.6.2 and later default innodb_snapshot_isolation to
+		// ON: a write conflict at REPEATABLE READ or SERIALIZABLE is then
+		// 1020, retried only with mysqlerr.IsSnapshotConflict (opt-in).
+		// The scenarios prove the default classifier on InnoDB's locking
+		// conflicts, so their sessions turn it OFF, as older servers have it.
+		cfg.Params["innodb_snapshot_isolation"] = "OFF"
+	}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		t.Fatalf("connector: %v", err)
@@ -414,6 +422,40 @@ func mysqlOn(t *testing.T, dsn string) *driverPath {
 	t.Logf("server: %s", dbservertest.MySQLFlavor(t))
 	closeAtEnd(t, p, db.Close)
 	return p
+}
+
+// snapshotIsolation caches, for the test binary's one MySQL-family server,
+// whether innodb_snapshot_isolation is ON by default.
+var snapshotIsolation struct {
+	once sync.Once
+	on   bool
+	err  error
+}
+
+// snapshotIsolationOn reports whether the server's innodb_snapshot_isolation
+// is ON by default (MariaDB 11.6.2 and later); servers without the variable
+// (MySQL, older MariaDB) answer 1193 and report false.
+func snapshotIsolationOn(t *testing.T) bool {
+	t.Helper()
+	dsn := dbservertest.MySQLAdmin(t)
+	snapshotIsolation.once.Do(func() {
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
+			snapshotIsolation.err = err
+			return
+		}
+		defer db.Close()
+		var on sql.NullBool
+		err = db.QueryRow("SELECT @@GLOBAL.innodb_snapshot_isolation").Scan(&on)
+		if me := (*mysql.MySQLError)(nil); errors.As(err, &me) && me.Number == 1193 {
+			return // unknown system variable
+		}
+		snapshotIsolation.on, snapshotIsolation.err = on.Bool, err
+	})
+	if snapshotIsolation.err != nil {
+		t.Fatalf("innodb_snapshot_isolation: %v", snapshotIsolation.err)
+	}
+	return snapshotIsolation.on
 }
 
 // sqlPath is a database/sql path over db.

@@ -10,7 +10,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,10 +22,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/lib/pq"
 
 	"github.com/txretry/txretry/integration/dbserver/dbservertest"
 	"github.com/txretry/txretry/integration/internal/faultproxy"
+	"github.com/txretry/txretry/integration/internal/pqconn"
 	"github.com/txretry/txretry/txretry"
 )
 
@@ -223,13 +222,12 @@ func stepPgxPool(t *testing.T, proxied *pgx.ConnConfig, direct *sql.DB, proxy *f
 }
 
 func stepLibPQ(t *testing.T, proxied *pgx.ConnConfig, direct *sql.DB, proxy *faultproxy.Proxy) *stepPath {
-	u := url.URL{Scheme: "postgres", User: url.User(proxied.User), Host: hostPort(proxied.Host, proxied.Port),
-		Path: "/" + proxied.Database, RawQuery: "sslmode=disable"}
-	c, err := pq.NewConnector(u.String())
+	// pqconn.DSN keeps the password: a container's server asks for one.
+	db, err := pqconn.Open(proxied, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sqlStepPath(t, sql.OpenDB(c), direct, proxy, false)
+	return sqlStepPath(t, db, direct, proxy, false)
 }
 
 func sqlStepPath(t *testing.T, db, direct *sql.DB, proxy *faultproxy.Proxy, mysql bool) *stepPath {

@@ -98,7 +98,7 @@ func run(args []string, stderr io.Writer) int {
 	env := os.Environ()
 	var pg *dbserver.Server
 	for _, s := range servers {
-		fmt.Fprintf(stderr, "withdb: %s for every test: %s\n", s.Engine, s)
+		fmt.Fprintf(stderr, "withdb: %s for every test, %s path: %s\n", s.Engine, s.Path(), s)
 		env = setEnv(env, s.Engine.EnvVar(), s.DSN)
 		if s.Engine == dbserver.Postgres {
 			pg = s
