@@ -59,7 +59,7 @@
 //     innodb_rollback_on_timeout is ON. See [IsLockWaitTimeout].
 //   - 1020: "Record has changed since last read". MariaDB with
 //     innodb_snapshot_isolation=ON (a global and session variable; OFF by
-//     default in MariaDB 10.11) reports with it that a REPEATABLE READ
+//     default in 10.11, ON from 11.6.2) reports with it that a REPEATABLE READ
 //     transaction tried to lock or change a row that another transaction
 //     changed after this one's snapshot was taken; the transaction must be
 //     run again.
