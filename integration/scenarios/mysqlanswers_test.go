@@ -149,8 +149,9 @@ func (a *answers) count(t *testing.T, ctx context.Context, id int) int {
 	return n
 }
 
-// awaitLockWait returns once session id waits for a row lock.
-func (a *answers) awaitLockWait(t *testing.T, ctx context.Context, id int64) {
+// awaitLockWait returns once session id waits for a row lock; its
+// statement, whose error ch delivers, must not end before.
+func (a *answers) awaitLockWait(t *testing.T, ctx context.Context, id int64, ch <-chan error) {
 	t.Helper()
 	for {
 		var n int
@@ -165,6 +166,8 @@ func (a *answers) awaitLockWait(t *testing.T, ctx context.Context, id int64) {
 		select {
 		case <-ctx.Done():
 			t.Fatalf("session %d never waited for a lock: %v", id, ctx.Err())
+		case err := <-ch:
+			t.Fatalf("session %d's statement ended before it waited for a lock: %v", id, err)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -238,7 +241,7 @@ func (a *answers) deadlock(t *testing.T) {
 	s1.must("BEGIN", "UPDATE answers SET v = 1 WHERE id = 1")
 	s2.must("BEGIN", "UPDATE answers SET v = 2 WHERE id = 2")
 	ch := s1.inBackground("UPDATE answers SET v = 1 WHERE id = 2")
-	a.awaitLockWait(t, ctx, s1.id)
+	a.awaitLockWait(t, ctx, s1.id, ch)
 	err2 := s2.exec("UPDATE answers SET v = 2 WHERE id = 1")
 	err1 := <-ch
 	victim, survivor, err, first := s2, s1, err2, 2
@@ -388,7 +391,7 @@ func (a *answers) killWaiting(t *testing.T, what string) (ctx context.Context, s
 	t.Helper()
 	ctx, s1, s2 = a.rowLocked(t)
 	ch := s2.inBackground("UPDATE answers SET v = 2 WHERE id = 1")
-	a.awaitLockWait(t, ctx, s2.id)
+	a.awaitLockWait(t, ctx, s2.id, ch)
 	a.kill(t, ctx, what, s2.id)
 	return ctx, s1, s2, <-ch
 }

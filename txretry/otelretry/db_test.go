@@ -150,13 +150,16 @@ func TestContendedRun(t *testing.T) {
 			}
 			conflicts := h.counter(t, "txretry.attempt.failures", sys, op,
 				otelretry.ClassKey.String("retryable"), otelretry.DBResponseStatusCodeKey.String(s.conflict))
+			// Under load a few retries may follow the lock timeout the
+			// manager arms (55P03) or a deadlock: retryable too.
+			retryable := h.counter(t, "txretry.attempt.failures", sys, op, otelretry.ClassKey.String("retryable"))
 			retries := h.counter(t, "txretry.retries", sys, op)
-			if conflicts == 0 || retries != conflicts {
-				t.Errorf("%d retryable failures with code %s and %d retries; want as many, more than 0",
-					conflicts, s.conflict, retries)
+			if conflicts == 0 || retries != retryable {
+				t.Errorf("%d retryable failures (%d with code %s) and %d retries; want as many, some %s",
+					retryable, conflicts, s.conflict, retries, s.conflict)
 			}
-			if other := h.counter(t, "txretry.attempt.failures") - conflicts; other != 0 {
-				t.Errorf("%d failures other than %s", other, s.conflict)
+			if other := h.counter(t, "txretry.attempt.failures") - retryable; other != 0 {
+				t.Errorf("%d failures not retryable", other)
 			}
 
 			var callSpans, stmtSpans tracetest.SpanStubs
@@ -189,8 +192,8 @@ func TestContendedRun(t *testing.T) {
 				failedEvents += int64(failed)
 				startedEvents += int64(started)
 			}
-			if failedEvents != conflicts {
-				t.Errorf("%d attempt.failed span events, want %d", failedEvents, conflicts)
+			if failedEvents != retryable {
+				t.Errorf("%d attempt.failed span events, want %d", failedEvents, retryable)
 			}
 			// fn runs once per attempt, and its spans are children of its
 			// own call's span.
