@@ -110,7 +110,23 @@ func TestGaleraNodeKilledUnderLoad(t *testing.T) {
 	time.Sleep(time.Second)
 	sw.use(1)
 	switched := time.Now()
-	time.Sleep(8 * time.Second)
+	// The load runs 8 s after the switch, and on (up to 30 s) until a call
+	// begun after it has committed: on a loaded machine node 3's eviction
+	// (evs.suspect_timeout, 5 s) can stall node 1's commits past the first
+	// calls' 5 s deadlines.
+	committedSince := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range results {
+			if r.err == nil && r.start.After(switched) {
+				return true
+			}
+		}
+		return false
+	}
+	for time.Since(switched) < 8*time.Second || time.Since(switched) < 30*time.Second && !committedSince() {
+		time.Sleep(100 * time.Millisecond)
+	}
 	stop.Store(true)
 	wg.Wait()
 
