@@ -35,7 +35,7 @@ postgres_main() {
 		chown postgres "$pwfile"
 		auth=scram-sha-256
 		[ -n "$pw" ] || auth=trust
-		runuser -u postgres -- "$bin/initdb" -D "$PGDATA" -U "$user" --pwfile="$pwfile" \
+		runuser -u postgres -- "$bin/initdb" -D "$PGDATA" -U "$user" --pwfile="$pwfile" -E UTF8 --locale=C \
 			--auth-local=trust --auth-host="$auth" >/dev/null
 		rm -f "$pwfile"
 		echo "host all all all $auth" >>"$PGDATA/pg_hba.conf"

@@ -53,9 +53,10 @@ func TestWithdb(t *testing.T) {
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
 			t.Errorf("withdb: %v, want exit status 7\n%s", err, stderr.String())
 		}
-		for _, want := range []string{"pg=postgres://postgres@127.0.0.1:", "my=root@tcp(127.0.0.1:"} {
-			if !strings.Contains(out.String(), want) {
-				t.Errorf("command output %q does not contain %q\n%s", out.String(), want, stderr.String())
+		// A container's DSN carries its password, a throwaway server's none.
+		for _, want := range []string{`pg=postgres://postgres(:[^@]*)?@127\.0\.0\.1:`, `my=root(:[^@]*)?@tcp\(127\.0\.0\.1:`} {
+			if !regexp.MustCompile(want).MatchString(out.String()) {
+				t.Errorf("command output %q does not match %q\n%s", out.String(), want, stderr.String())
 			}
 		}
 		if strings.Contains(out.String(), ":5432/") || strings.Contains(out.String(), ":3306)") {
