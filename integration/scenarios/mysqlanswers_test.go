@@ -509,10 +509,16 @@ func (a *answers) waitTimeoutThroughRunInTx(t *testing.T) {
 		return nil
 	}, txretry.WithRetryOnConnectionLoss())
 	logAnswer(t, "RunInTx", err)
-	if err != nil || runs != 2 {
+	want := 1
+	if a.flavor == "mariadb" && errors.Is(err, txretry.ErrCommitUncertain) && runs == 1 {
+		// MariaDB sends no error packet: through a proxy (Docker's port
+		// mapping) COMMIT is written before the closed connection shows,
+		// so its outcome is unknown to the client: uncertain, not retried.
+		want = 0
+	} else if err != nil || runs != 2 {
 		t.Errorf("RunInTx = %v after %d runs of fn; want nil after 2", err, runs)
 	}
-	if n := a.count(t, ctx, 3); n != 1 {
-		t.Errorf("%d rows 3; want 1", n)
+	if n := a.count(t, ctx, 3); n != want {
+		t.Errorf("%d rows 3; want %d", n, want)
 	}
 }
