@@ -85,9 +85,10 @@ func TestConnHandleBuiltInVerifierFailsAtOnce(t *testing.T) {
 }
 
 // A *sql.Conn gets a default contention manager of its own, apart from its
-// *sql.DB's: conflicts on the connection close its domain's gate, whose
-// lone conflicts then pause (500 µs, not the backoff), and that does not
-// carry over to the pool, whose first conflict waits the backoff.
+// *sql.DB's: conflicts on the connection space its domain (the first retry
+// waits the backoff, 2 ms, longer than the 1 ms spacing; the next goes at
+// once to run alone), and that does not carry over to the pool, whose
+// first conflict waits the backoff.
 func TestConnHandleHasItsOwnContentionManager(t *testing.T) {
 	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(2, errSerialization)})
 	conn, err := f.db.Conn(context.Background())
@@ -102,7 +103,7 @@ func TestConnHandleHasItsOwnContentionManager(t *testing.T) {
 	}
 	onConn := f.clock.Waits()
 	if len(onConn) != 2 || onConn[0] != 2*time.Millisecond || onConn[1] > 500*time.Microsecond || onConn[1] <= 0 {
-		t.Fatalf("waits on the conn %v, want the backoff's 2ms as the gate closes, then a pause of at most 500µs", onConn)
+		t.Fatalf("waits on the conn %v, want the backoff's 2ms, then at once (at most 500µs)", onConn)
 	}
 	// The pool's manager has seen no conflict: its domain is open.
 	f.drv.OnExec = failFirst(4, errSerialization) // execs 1-3 ran on the conn: the pool's first exec fails

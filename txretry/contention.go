@@ -17,11 +17,14 @@ import (
 // ContentionManager spaces out the attempts of the transactions that
 // conflict with each other, and leaves every other transaction alone. It
 // keeps a conflict domain per WithConflictDomain or WithLabel name, else
-// per function fn (see domainKey). A domain's first conflict closes a FIFO
-// gate whose width then follows the domain's commits per second; a conflict
-// that no gated attempt of the manager overlapped came from another
-// process, and through an AdapterLease the processes take turns on the
-// domain under a database lock. Its zero value is NewContentionManager(0);
+// per function fn (see domainKey). In an open domain first attempts go
+// straight in; each conflict doubles the domain's spacing (1 ms to 1 s),
+// which a retry waits, and a call's third attempt runs alone in its domain.
+// A conflict that doubles the spacing past half its call's time closes a
+// FIFO gate whose width then follows the domain's commits per second; a
+// conflict that no gated attempt of the manager overlapped came from
+// another process, and through an AdapterLease the processes take turns on
+// the domain under a database lock. Its zero value is NewContentionManager(0);
 // it is safe for concurrent use; by default each database handle has its
 // own (see ManagerFor). The design and its constants: contention.md.
 type ContentionManager struct {

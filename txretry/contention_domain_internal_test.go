@@ -42,7 +42,16 @@ func freeze(d *cmDomain) {
 	d.mu.Unlock()
 }
 
+// newTurn returns a call of label on m whose deadline is 1 ms after its
+// start: its domain's first conflict spaces it half that time, which closes
+// the gate (spaceLocked). openTurn's call has no deadline.
 func newTurn(m *ContentionManager, label string) *cmTurn {
+	t := openTurn(m, label)
+	t.end = t0.Add(time.Millisecond)
+	return t
+}
+
+func openTurn(m *ContentionManager, label string) *cmTurn {
 	return &cmTurn{m: m, d: m.domain(domainKey(label, nil)), since: t0, rand: func() float64 { return 1 }}
 }
 
@@ -222,8 +231,9 @@ func TestDomainKeys(t *testing.T) {
 }
 
 // A domain whose attempts commit is never gated, however many run at once;
-// its first conflict closes the gate as wide as the most attempts it had in
-// at once, so that nobody queues yet, and those in keep their places.
+// its first conflict in a call of 1 ms (newTurn: the spacing is half its
+// time) closes the gate as wide as the most attempts it had in at once, so
+// that nobody queues yet, and those in keep their places.
 func TestDomainGateClosesOnAConflictAtItsPeak(t *testing.T) {
 	m := new(ContentionManager)
 	var running []*cmTurn
@@ -310,5 +320,86 @@ func TestGateWindowCountsItsWidthAndOpensWhenItDoesNothing(t *testing.T) {
 	}
 	if d.width == 0 {
 		t.Fatal("a window in which a caller queued opened the gate")
+	}
+}
+
+// An open domain's spacing doubles with each conflict from 1 ms up to 1 s
+// and a commit keeps nine tenths of it; a retry pauses half to all of it
+// (all here: rand is 1), and from its call's third attempt on not at all,
+// to run alone. A conflict that doubles it past half its call's time
+// closes the gate; in a call without a deadline it never does.
+func TestSpacingDoublesDecaysAndClosesPastHalfTheDeadline(t *testing.T) {
+	m := new(ContentionManager)
+	a := openTurn(m, "k")
+	if p := a.attempt(t, true); p != time.Millisecond {
+		t.Fatalf("first retry's pause %v, want 1ms", p)
+	}
+	if p := a.attempt(t, true); p != time.Nanosecond {
+		t.Fatalf("pause before the third attempt %v, want none (1ns)", p)
+	}
+	for range 20 {
+		a.attempt(t, true)
+	}
+	if a.d.spacing != cmMaxSpacing || a.d.width != 0 {
+		t.Fatalf("spacing %v, width %d: want %v, the gate open (no deadline)", a.d.spacing, a.d.width, cmMaxSpacing)
+	}
+	openTurn(m, "k").attempt(t, false)
+	if want := time.Duration(float64(cmMaxSpacing) * cmSpacingDecay); a.d.spacing != want {
+		t.Fatalf("spacing after a commit %v, want %v", a.d.spacing, want)
+	}
+	long := openTurn(m, "k")
+	long.end = t0.Add(3 * time.Second) // 2 x 1 s is less than its 3 s
+	long.attempt(t, true)
+	if a.d.width != 0 {
+		t.Fatalf("width %d after a conflict of a 3 s call, want the gate open", a.d.width)
+	}
+	short := openTurn(m, "k")
+	short.end = t0.Add(time.Second)
+	short.attempt(t, true)
+	if a.d.width != 1 {
+		t.Fatalf("width %d after a conflict of a 1 s call, want the gate closed at 1", a.d.width)
+	}
+}
+
+// In an open domain, a call's third attempt runs alone: it waits until the
+// attempts in have ended, and a first attempt that arrives meanwhile waits
+// behind it, then goes in once it has ended.
+func TestThirdAttemptRunsAloneInAnOpenDomain(t *testing.T) {
+	m := new(ContentionManager)
+	a, b, c := openTurn(m, "k"), openTurn(m, "k"), openTurn(m, "k")
+	if _, err := a.enter(context.Background(), -1); err != nil {
+		t.Fatal(err)
+	}
+	b.attempt(t, true) // beside a
+	b.attempt(t, true)
+	entered := func(x *cmTurn) chan error {
+		ch := make(chan error, 1)
+		go func() { _, err := x.enter(context.Background(), -1); ch <- err }()
+		return ch
+	}
+	queued := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); m.Queued() != n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("queued %d, want %d", m.Queued(), n)
+			}
+		}
+	}
+	bIn := entered(b)
+	queued(1)
+	cIn := entered(c)
+	queued(2)
+	a.done(false, t0)
+	if err := <-bIn; err != nil {
+		t.Fatal(err)
+	}
+	queued(1) // c waits while b runs alone
+	b.done(false, t0)
+	if err := <-cIn; err != nil {
+		t.Fatal(err)
+	}
+	c.done(false, t0)
+	if a.d.inUse != 0 || a.d.solo || len(a.d.queue) != 0 {
+		t.Fatalf("in use %d, solo %v, queued %d after every attempt ended", a.d.inUse, a.d.solo, len(a.d.queue))
 	}
 }

@@ -9,6 +9,10 @@ import (
 )
 
 const (
+	cmMinSpacing   = time.Millisecond       // an open domain's spacing doubles from here...
+	cmMaxSpacing   = time.Second            // ...up to here
+	cmSpacingDecay = 0.9                    // a commit keeps this much of the spacing
+	cmSoloAttempt  = 3                      // a call's attempt from this one on runs alone in an open domain
 	cmStall        = 2 * cmMaxPace          // a gate that admits nobody this long widens by one
 	cmMinPace      = 500 * time.Microsecond // a pace doubles from here...
 	cmMaxPace      = 100 * time.Millisecond // ...up to here
@@ -29,12 +33,14 @@ var arrivals atomic.Uint64
 // cmDomain is one conflict domain of a manager, under its mutex.
 type cmDomain struct {
 	mu      sync.Mutex
-	width   int       // attempts in at once; 0: the gate is open
-	inUse   int       // attempts in, and callers pausing in their place
-	peak    int       // the most attempts in at once while open
-	queue   []*cmTurn // waiting, by arrival
-	admits  uint64    // attempts admitted through the gate
-	ctl     cmControl // finds the width
+	width   int           // attempts in at once; 0: the gate is open
+	inUse   int           // attempts in, and callers pausing in their place
+	peak    int           // the most attempts in at once while open
+	queue   []*cmTurn     // waiting, by arrival
+	spacing time.Duration // open: a retry waits half to all of it
+	solo    bool          // open: an attempt runs alone, the others wait
+	admits  uint64        // attempts admitted through the gate
+	ctl     cmControl     // finds the width
 	pace    time.Duration
 	foreign bool // paced only, it met another process since the gate closed: width 1
 	lease   cmLease
@@ -58,13 +64,16 @@ type cmTurn struct {
 	lease   AdapterLease // nil: the adapter cannot lease
 	since   time.Time    // the call's start, for the pace's patience
 	rand    func() float64
-	arrival uint64        // 0 until the call first waits
+	arrival uint64        // the call's order of arrival, from its first attempt
 	ready   chan struct{} // closed when the gate admits it from the queue
 	admit   uint64        // d.admits when this attempt entered; 0: straight in
 	started uint64        // the manager's starts when it entered; 0: not running
 	alone   bool          // no other gated attempt of the manager was in then
 	held    bool          // the call holds a place (an attempt, or a pause)
 	leased  bool          // the attempt runs under the lease
+	tries   int           // attempts the call entered
+	solo    bool          // this attempt runs alone in its open domain
+	end     time.Time     // the call's deadline or time budget, on its clock; zero: none
 }
 
 func (t *cmTurn) enter(ctx context.Context, limit time.Duration) (bool, error) {
@@ -103,6 +112,11 @@ func (t *cmTurn) admitted(ctx context.Context) (bool, error) {
 		case <-time.After(cmStall):
 		}
 		d.mu.Lock()
+		if t.solo && d.width == 0 && !d.solo && len(d.queue) > 0 && d.queue[0] == t {
+			t.solo = false // the attempts in may wait for a caller outside
+			d.grantLocked()
+			continue
+		}
 		if d.admits == mark && d.width > 0 && len(d.queue) > 0 && d.queue[0] == t {
 			d.setWidthLocked(d.width+1, true, t.m.maxWidth())
 			d.grantLocked()
@@ -113,32 +127,42 @@ func (t *cmTurn) admitted(ctx context.Context) (bool, error) {
 // join reports whether t is in at once, else queues it by arrival.
 func (t *cmTurn) join() bool {
 	d := t.d
+	t.tries++
+	if t.arrival == 0 {
+		t.arrival = arrivals.Add(1)
+	}
 	switch {
 	case t.held:
 		d.inUse--
 		d.enterLocked(t)
+		return true
 	case d.width == 0:
-		d.inUse++
-		d.peak = max(d.peak, d.inUse)
-		t.admit, t.held = 0, true
-	default:
-		if t.arrival == 0 {
-			t.arrival = arrivals.Add(1)
-		}
-		if len(d.queue) == 0 && d.inUse < d.width {
-			d.enterLocked(t)
+		// Open: in at once unless an attempt runs alone or waits to.
+		t.solo = t.tries >= cmSoloAttempt
+		if len(d.queue) == 0 && !d.solo && (!t.solo || d.inUse == 0) {
+			d.enterOpenLocked(t)
 			return true
 		}
+	case len(d.queue) == 0 && d.inUse < d.width:
+		d.enterLocked(t)
+		return true
+	default:
 		d.ctl.waited = true
-		t.ready = make(chan struct{})
-		i := len(d.queue)
-		for i > 0 && d.queue[i-1].arrival > t.arrival {
-			i--
-		}
-		d.queue = slices.Insert(d.queue, i, t)
-		return false
 	}
-	return true
+	t.ready = make(chan struct{})
+	i := len(d.queue)
+	for i > 0 && d.queue[i-1].arrival > t.arrival {
+		i--
+	}
+	d.queue = slices.Insert(d.queue, i, t)
+	return false
+}
+
+func (d *cmDomain) enterOpenLocked(t *cmTurn) {
+	d.inUse++
+	d.peak = max(d.peak, d.inUse)
+	d.solo = t.solo
+	t.admit, t.held = 0, true
 }
 
 func (d *cmDomain) enterLocked(t *cmTurn) {
@@ -159,7 +183,13 @@ func (t *cmTurn) stop() (alone bool) {
 }
 
 func (d *cmDomain) grantLocked() {
-	for len(d.queue) > 0 && (d.width == 0 || d.inUse < d.width) {
+	for d.width == 0 && len(d.queue) > 0 && !d.solo && (!d.queue[0].solo || d.inUse == 0) {
+		t := d.queue[0]
+		d.queue = d.queue[1:]
+		d.enterOpenLocked(t)
+		close(t.ready)
+	}
+	for d.width > 0 && len(d.queue) > 0 && d.inUse < d.width {
 		t := d.queue[0]
 		d.queue = d.queue[1:]
 		d.enterLocked(t)
@@ -171,6 +201,18 @@ func (t *cmTurn) done(conflict bool, now time.Time) (pause time.Duration, spaced
 	d := t.d
 	d.mu.Lock()
 	defer t.unlock()
+	if d.width == 0 {
+		t.stop()
+		d.inUse--
+		t.held = false
+		if t.solo {
+			d.solo, t.solo = false, false
+		}
+		pause, spaced = d.spaceLocked(t, conflict)
+		d.grantLocked()
+		return pause, spaced
+	}
+	t.solo = false
 	if t.stop() { // a conflict came from another process
 		pause = d.paceLocked(conflict, now, t.since, t.rand)
 		if conflict && t.lease != nil {
@@ -197,7 +239,11 @@ func (t *cmTurn) cancel() {
 	if t.held {
 		t.held = false
 		d.inUse--
+		if t.solo && d.width == 0 {
+			d.solo = false
+		}
 	}
+	t.solo = false
 	d.queue = slices.DeleteFunc(d.queue, func(x *cmTurn) bool { return x == t })
 	d.grantLocked()
 }
@@ -211,6 +257,31 @@ func (t *cmTurn) unlock() {
 	if release != nil {
 		release()
 	}
+}
+
+// spaceLocked learns from an attempt of an open domain: a commit shrinks
+// the spacing, a conflict doubles it and returns the retry's pause (none
+// for a retry that will run alone), or closes the gate where the spacing
+// reached half the call's time.
+func (d *cmDomain) spaceLocked(t *cmTurn, conflict bool) (pause time.Duration, spaced bool) {
+	if !conflict {
+		if d.spacing = time.Duration(float64(d.spacing) * cmSpacingDecay); d.spacing < cmMinSpacing {
+			d.spacing = 0
+		}
+		return 0, false
+	}
+	d.spacing = min(max(2*d.spacing, cmMinSpacing), cmMaxSpacing)
+	maxWidth := t.m.maxWidth()
+	if !t.end.IsZero() && 2*d.spacing > t.end.Sub(t.since) && maxWidth > 1 {
+		d.solo = false
+		d.ctl = cmControl{dir: -1, step: maxWidth, fresh: true}
+		d.setWidthLocked(min(max(d.peak, 1), maxWidth-1), true, maxWidth)
+		return 0, true // the gate spaces it
+	}
+	if t.tries+1 >= cmSoloAttempt {
+		return 1, true // at once, to wait its turn alone
+	}
+	return d.spacing/2 + time.Duration(t.rand()*float64(d.spacing/2)), false
 }
 
 // paceLocked learns from a lone attempt; a conflict returns a pause.
@@ -333,14 +404,7 @@ type cmControl struct {
 // learnLocked counts the end of an attempt admitted as number admit.
 func (d *cmDomain) learnLocked(conflict bool, admit uint64, now time.Time, maxWidth int) {
 	c := &d.ctl
-	if d.width == 0 {
-		if conflict && maxWidth > 1 {
-			*c = cmControl{dir: -1, step: maxWidth, fresh: true}
-			d.setWidthLocked(min(max(d.peak, 1), maxWidth-1), true, maxWidth)
-		}
-		return
-	}
-	if admit <= c.gen {
+	if d.width == 0 || admit <= c.gen {
 		return // it ran at another width
 	}
 	if c.n++; c.n == 1 {
@@ -402,7 +466,9 @@ func (d *cmDomain) setWidthLocked(w int, base bool, maxWidth int) {
 		w = 0
 	}
 	if d.width = w; w == 0 {
-		d.peak, d.foreign = d.inUse, false
+		// Reopened, a conflict closes it again until commits shrink
+		// the spacing.
+		d.peak, d.foreign, d.spacing = d.inUse, false, cmMaxSpacing
 		d.lease.want(false)
 	}
 	if c.probing = !base; base {

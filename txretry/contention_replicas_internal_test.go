@@ -130,7 +130,7 @@ func (s *replicaSim) run(span time.Duration) {
 
 func (s *replicaSim) begin(r *simReplica) {
 	c := &simCall{r: r, start: s.now, end: s.now + s.deadline, row: s.rnd.IntN(s.rows)}
-	c.turn = cmTurn{m: r.m, d: r.d, since: s.clock(), rand: s.rnd.Float64}
+	c.turn = cmTurn{m: r.m, d: r.d, since: s.clock(), end: s.clock().Add(s.deadline), rand: s.rnd.Float64}
 	s.at(s.deadline, func() { // the deadline passes while the call queues
 		if slices.Contains(r.waiting, c) {
 			s.giveUp(c)

@@ -25,12 +25,12 @@ func newManager(t *testing.T, width int) *txretry.ContentionManager {
 	return m
 }
 
-// With the default per-handle manager, a domain that does not conflict is
-// open; its first conflict closes a gate as wide as the attempts it had in
-// (here 1), and the retry waits the backoff; the gate then spaces the
-// retries. An attempt that ran with no other gated attempt of the manager
-// beside it and conflicted met another process: the call pauses in its
-// place, doubling from 500 µs while such conflicts last (less as it ages).
+// With the default per-handle manager, a domain is open: a first attempt
+// goes straight in. A conflict doubles the domain's spacing from 1 ms, and
+// the retry waits half to all of it (here all: rand is 1) or the backoff,
+// whichever is longer; from its third attempt on, a call goes at once to
+// run alone in its domain. The calls here have no deadline: the gate never
+// closes.
 func TestContentionManagerIsOnByDefaultPerHandle(t *testing.T) {
 	f := newFixture(t, &fakedb.Driver{OnExec: failFirst(3, errSerialization)})
 	var calls atomic.Int32
@@ -38,8 +38,8 @@ func TestContentionManagerIsOnByDefaultPerHandle(t *testing.T) {
 		txretry.WithBackoff(txretry.Constant(time.Microsecond))); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.clock.Waits(); len(got) != 3 || got[0] != time.Microsecond || got[1] <= 0 || got[1] > 500*time.Microsecond || got[2] <= got[1] || got[2] > time.Millisecond {
-		t.Fatalf("waits %v, want the backoff's 1µs as the gate closes, then pauses doubling from at most 500µs", got)
+	if got, want := f.clock.Waits(), []time.Duration{time.Millisecond, time.Nanosecond, time.Nanosecond}; !slices.Equal(got, want) {
+		t.Fatalf("waits %v, want %v: the spacing, then at once to run alone", got, want)
 	}
 	// Turning it off brings the backoff back for every retry.
 	g := newFixture(t, &fakedb.Driver{OnExec: failFirst(2, errSerialization)})
@@ -51,15 +51,17 @@ func TestContentionManagerIsOnByDefaultPerHandle(t *testing.T) {
 	}
 }
 
-// closeGate makes the domain label of m conflict once, alone: its gate
-// closes at width 1.
+// closeGate makes the domain label of m conflict once, in a call of a 1 ms
+// time budget: the domain's spacing (1 ms) is more than half the call's
+// time, so its gate closes, at width 1 when nobody else is in.
 func closeGate(t *testing.T, m *txretry.ContentionManager, label string) {
 	t.Helper()
 	db := (&fakedb.Driver{OnExec: failFirst(1, errSerialization)}).DB()
 	defer db.Close()
 	var calls atomic.Int32
 	if err := txretry.RunInTx(context.Background(), db, execFn(&calls), txretry.WithContentionManager(m),
-		txretry.WithLabel(label), txretry.WithClock(&fakeclock.Clock{})); err != nil {
+		txretry.WithLabel(label), txretry.WithClock(&fakeclock.Clock{}), txretry.WithTimeBudget(time.Millisecond)); err != nil &&
+		!errors.Is(err, txretry.ErrRetriesExhausted) { // its retry may queue past 1 ms behind the test's attempt
 		t.Fatal(err)
 	}
 }
@@ -74,8 +76,10 @@ func TestColdDomainNeverQueuesBehindAHotOne(t *testing.T) {
 	var hot, cold atomic.Int32
 	drv := &fakedb.Driver{OnExec: func(_ context.Context, _ int, q string, _ []driver.NamedValue) error {
 		switch {
-		case q == "UPDATE hot" && hot.Add(1) == 1:
-			return errSerialization // closes the hot domain's gate
+		case q == "UPDATE hot" && hot.Add(1) <= 10:
+			// The tenth conflict doubles the hot domain's spacing to
+			// 512 ms, half its calls' time: its gate closes.
+			return errSerialization
 		case q == "UPDATE cold" && cold.Add(1)%50 == 0:
 			return errSerialization // rare: the cold domain's gate, as wide as its callers, opens again
 		}
@@ -89,7 +93,7 @@ func TestColdDomainNeverQueuesBehindAHotOne(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, "UPDATE hot"); err != nil {
 			return err
 		}
-		if hot.Load() == 2 { // the first attempt through the closed gate holds it
+		if hot.Load() == 11 { // the first attempt through the closed gate holds it
 			holding <- struct{}{}
 			<-release
 		}
@@ -105,6 +109,8 @@ func TestColdDomainNeverQueuesBehindAHotOne(t *testing.T) {
 		_, err := tx.ExecContext(ctx, "UPDATE cold")
 		return err
 	}
+	// The hot calls have a 1 s budget, on a clock that does not move.
+	hotOpts := []txretry.Option{txretry.WithContentionManager(m), txretry.WithClock(f.clock), txretry.WithTimeBudget(time.Second)}
 	var queued []time.Duration
 	var mu sync.Mutex
 	obs := txretry.ObserverFunc(func(_ context.Context, e txretry.Event) {
@@ -116,11 +122,11 @@ func TestColdDomainNeverQueuesBehindAHotOne(t *testing.T) {
 	})
 	hotDone := make(chan error, 2)
 	go func() {
-		hotDone <- txretry.RunInTx(context.Background(), f.db, hotFn, txretry.WithContentionManager(m))
+		hotDone <- txretry.RunInTx(context.Background(), f.db, hotFn, hotOpts...)
 	}()
 	<-holding
 	go func() {
-		hotDone <- txretry.RunInTx(context.Background(), f.db, hotFn, txretry.WithContentionManager(m))
+		hotDone <- txretry.RunInTx(context.Background(), f.db, hotFn, hotOpts...)
 	}()
 	waitQueued(t, m, 1)
 

@@ -61,9 +61,12 @@
 // closure by its file and line). A domain whose transactions have not
 // been conflicting costs nothing: its attempts go straight to the database
 // and retry after the Backoff (default: full jitter over an exponential
-// delay from 2 ms, capped at 250 ms). A domain's first conflict closes a
-// FIFO gate of its own, whose width then follows the domain's commits per
-// second; its retries keep their call's place, and a conflict that came
+// delay from 2 ms, capped at 250 ms). Once it conflicts, its first attempts
+// still go straight in, its retries wait the domain's spacing (doubled by
+// each conflict, shrunk by commits, 1 ms to 1 s) and a call's third attempt
+// runs alone in the domain. When the spacing passes half a call's time, the
+// domain closes a FIFO gate of its own, whose width then follows its
+// commits per second; its retries keep their call's place, and a conflict that came
 // from another process (no gated attempt of the manager overlapped it)
 // pauses the caller in its place and, where the adapter can hold a
 // database lock, makes the processes take turns on the domain through one

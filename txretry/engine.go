@@ -141,12 +141,12 @@ func enter(ctx context.Context, a adapter, opts []Option) error {
 
 // admissionOf is a call's standing with its manager cm (nil: none): the
 // gate of its domain, named by WithConflictDomain, its label or fn.
-func admissionOf(cm *ContentionManager, cfg *config, a adapter, start time.Time) admission {
+func admissionOf(cm *ContentionManager, cfg *config, a adapter, start, end time.Time) admission {
 	if cm == nil {
 		return nil
 	}
 	k := domainKey(cmp.Or(cfg.domain, cfg.label), a.fn())
-	return &cmTurn{m: cm, d: cm.domain(k), key: k, lease: a.leaser(), since: start, rand: cfg.rand}
+	return &cmTurn{m: cm, d: cm.domain(k), key: k, lease: a.leaser(), since: start, end: end, rand: cfg.rand}
 }
 
 // managerOf returns the contention manager of a call: the one chosen by an
@@ -220,8 +220,8 @@ func (r result) neutral() bool {
 func (c *call) loop(ctx context.Context) error {
 	cfg := c.cfg
 	c.start = cfg.clock.Now()
-	c.adm = admissionOf(c.cm, cfg, c.a, c.start)
 	c.deadline, c.reason = c.deadlineOf(ctx)
+	c.adm = admissionOf(c.cm, cfg, c.a, c.start, c.deadline)
 	attempt, outcome := 0, Panicked
 	if len(cfg.observers) > 0 {
 		for _, o := range cfg.observers {
@@ -407,8 +407,9 @@ func (c *call) delay(attempt int, connLost bool) time.Duration {
 		d = max(b.Delay(n, cfg.rand()), 0)
 	}
 	if c.pause > 0 {
-		// The manager saw a conflict with another process: the call
-		// pauses in its place, for at most half the time left.
+		// The manager spaces the retry (an open domain's spacing, or a
+		// closed gate's pace after a conflict with another process), for
+		// at most half the time left.
 		if !c.deadline.IsZero() {
 			c.pause = min(c.pause, max(c.deadline.Sub(cfg.clock.Now())-c.minDur, 0)/2)
 		}

@@ -41,7 +41,10 @@ func TestHotDomainLeasedAcrossReplicas(t *testing.T) {
 			for range workers {
 				wg.Go(func() {
 					for range calls {
-						cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+						// Calls of 1.5 s: once the domain's spacing
+						// reaches its 1 s cap, more than half their time,
+						// its gate closes and the replicas lease.
+						cctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 						err := p.run(cctx, hot, txretry.WithIsolation(sql.LevelSerializable), txretry.WithLabel("lease-hot"), fails.option())
 						cancel()
 						if err != nil {

@@ -422,7 +422,7 @@ func TestSeveralTracingObservers(t *testing.T) {
 	err := txretry.RunInTx(context.Background(), db, debit, txretry.WithLabel("x"),
 		txretry.WithObserver(first.obs), txretry.WithObserver(startCaller{first.tp.Tracer("other")}),
 		txretry.WithObserver(second.obs),
-		txretry.WithBackoff(txretry.Constant(0)), txretry.WithClock(&fakeclock.Clock{}))
+		txretry.WithBackoff(txretry.Constant(0)), txretry.WithoutContentionManager(), txretry.WithClock(&fakeclock.Clock{}))
 	if err != nil {
 		t.Fatalf("RunInTx: %v", err)
 	}
@@ -507,7 +507,7 @@ func TestAnyContext(t *testing.T) {
 	db := (&fakedb.Driver{OnExec: failExecs(serialization)}).DB()
 	defer db.Close()
 	err := txretry.RunInTx(listCtx{Context: context.Background()}, db, debit,
-		txretry.WithObserver(h.obs), txretry.WithBackoff(txretry.Constant(0)), txretry.WithClock(&fakeclock.Clock{}))
+		txretry.WithObserver(h.obs), txretry.WithBackoff(txretry.Constant(0)), txretry.WithoutContentionManager(), txretry.WithClock(&fakeclock.Clock{}))
 	if err != nil {
 		t.Fatalf("RunInTx: %v", err)
 	}

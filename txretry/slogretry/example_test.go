@@ -40,13 +40,15 @@ func Example() {
 	},
 		txretry.WithLabel("debit"),
 		txretry.WithObserver(slogretry.New(logger)),
-		// Only to make the example's output stable: no wait, no clock.
+		// Only to make the example's output stable: no backoff, a clock
+		// that does not sleep, the domain's spacing (1 ms) in full.
 		txretry.WithBackoff(txretry.Constant(0)),
 		txretry.WithClock(&fakeclock.Clock{}),
+		txretry.WithRand(func() float64 { return 1 }),
 	)
 	fmt.Println("err:", err)
 	// Output:
 	// level=INFO msg="txretry: retryable failure" label=debit attempt=1 code=40001 err_type=fakedb.SQLStateError duration=0s
-	// level=INFO msg="txretry: call finished" label=debit outcome=committed attempts=2 duration=0s waited=0s queued=0s
+	// level=INFO msg="txretry: call finished" label=debit outcome=committed attempts=2 duration=1ms waited=1ms queued=0s
 	// err: <nil>
 }
