@@ -636,9 +636,10 @@ func stepTableRow(c *stepCell) string {
 
 // hotDomain returns a fresh contention manager whose domain label has
 // closed its gate: a call of an adapter without a database (and without a
-// lease) conflicts until the gate is sure to have closed, which takes a
-// quarter of the domain's recent attempts conflicting (see
-// txretry/contention.md), then commits.
+// lease), with a 1.9 s time budget, conflicts until the gate is sure to
+// have closed (the eleventh conflict doubles the domain's spacing to 1 s,
+// more than half the call's time; see txretry/contention.md), then
+// commits.
 func hotDomain(t *testing.T, label string) *txretry.ContentionManager {
 	t.Helper()
 	m, err := txretry.NewContentionManager(0)
@@ -647,7 +648,7 @@ func hotDomain(t *testing.T, label string) *txretry.ContentionManager {
 	}
 	a := &conflicts{n: 30}
 	if err := txretry.Run(context.Background(), a, txretry.WithContentionManager(m), txretry.WithLabel(label),
-		txretry.WithBackoff(txretry.Constant(0))); err != nil {
+		txretry.WithBackoff(txretry.Constant(0)), txretry.WithTimeBudget(1900*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	return m
