@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -92,7 +93,10 @@ func fail(t *testing.T, p *path, e dbserver.Engine, dsn string, outage func() wi
 // not be made.
 func connectionError(err error) bool {
 	var ne net.Error
-	return pgerr.IsConnectionLoss(err) || mysqlerr.IsConnectionLoss(err) || pgconn.SafeToRetry(err) ||
+	// lib/pq reports the shutdown's ErrorResponse that arrives while it
+	// waits for ReadyForQuery as a protocol error of its own.
+	pqShutdown := err != nil && strings.Contains(err.Error(), "pq: unexpected message 'E'")
+	return pqShutdown || pgerr.IsConnectionLoss(err) || mysqlerr.IsConnectionLoss(err) || pgconn.SafeToRetry(err) ||
 		errors.Is(err, driver.ErrBadConn) || errors.As(err, &ne) || errors.Is(err, io.EOF) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, pgconn.ErrConnClosed) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
