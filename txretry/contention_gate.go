@@ -139,7 +139,7 @@ func (t *cmTurn) join() bool {
 	case d.width == 0:
 		// Open: in at once unless an attempt runs alone or waits to.
 		t.solo = t.tries >= cmSoloAttempt
-		if len(d.queue) == 0 && !d.solo && (!t.solo || d.inUse == 0) {
+		if len(d.queue) == 0 && d.openFor(t) {
 			d.enterOpenLocked(t)
 			return true
 		}
@@ -156,6 +156,12 @@ func (t *cmTurn) join() bool {
 	}
 	d.queue = slices.Insert(d.queue, i, t)
 	return false
+}
+
+// openFor reports whether t's attempt may enter the open domain now: no
+// attempt runs alone, and t's, if it is to run alone, finds nobody in.
+func (d *cmDomain) openFor(t *cmTurn) bool {
+	return !d.solo && (!t.solo || d.inUse == 0)
 }
 
 func (d *cmDomain) enterOpenLocked(t *cmTurn) {
@@ -183,7 +189,7 @@ func (t *cmTurn) stop() (alone bool) {
 }
 
 func (d *cmDomain) grantLocked() {
-	for d.width == 0 && len(d.queue) > 0 && !d.solo && (!d.queue[0].solo || d.inUse == 0) {
+	for d.width == 0 && len(d.queue) > 0 && d.openFor(d.queue[0]) {
 		t := d.queue[0]
 		d.queue = d.queue[1:]
 		d.enterOpenLocked(t)
