@@ -34,6 +34,7 @@ type ContentionManager struct {
 	lockWaitAt atomic.Int64  // Unix ns of the last lock wait worth ending (noteAttempt)
 	running    atomic.Int32  // attempts admitted through a gate and in, in every domain
 	starts     atomic.Uint64 // attempts admitted through a gate
+	stall      time.Duration // a gate that admits nobody this long widens by one; 0: cmStall (tests set it)
 }
 
 // DefaultContentionWidth is the width at which a default manager's gates open.

@@ -1,6 +1,7 @@
 package txretry
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -109,7 +110,7 @@ func (t *cmTurn) admitted(ctx context.Context) (bool, error) {
 		case <-ctx.Done():
 			t.cancel()
 			return true, context.Cause(ctx)
-		case <-time.After(cmStall):
+		case <-time.After(cmp.Or(t.m.stall, cmStall)):
 		}
 		d.mu.Lock()
 		if t.solo && d.width == 0 && !d.solo && len(d.queue) > 0 && d.queue[0] == t {

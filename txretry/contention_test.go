@@ -73,6 +73,7 @@ func closeGate(t *testing.T, m *txretry.ContentionManager, label string) {
 // code pointers, without labels.
 func TestColdDomainNeverQueuesBehindAHotOne(t *testing.T) {
 	m := newManager(t, 0)
+	txretry.SetStall(m, time.Minute) // the queued hot callers wait on the test
 	var hot, cold atomic.Int32
 	drv := &fakedb.Driver{OnExec: func(_ context.Context, _ int, q string, _ []driver.NamedValue) error {
 		switch {
@@ -176,8 +177,9 @@ func TestColdDomainNeverQueuesBehindAHotOne(t *testing.T) {
 }
 
 // gateHolder runs a call that holds the only place of m's closed gate "hot"
-// until release is closed.
+// until release is closed; m's gate does not widen meanwhile.
 func gateHolder(t *testing.T, db *sql.DB, m *txretry.ContentionManager, release chan struct{}) (entered chan struct{}, done chan error) {
+	txretry.SetStall(m, time.Minute) // the holder waits on the test, not on a queued caller
 	entered, done = make(chan struct{}), make(chan error, 1)
 	go func() {
 		done <- txretry.RunInTx(context.Background(), db, func(ctx context.Context, tx *sql.Tx) error {
