@@ -51,7 +51,8 @@
 //
 // With the option no call fails. Without it, calls fail at once with
 // connection errors, each after one attempt with such an error (never
-// retried). Every test then checks the ledger, a row each call writes in
+// retried); the only retries are of conflicts and of COMMITs the marker
+// found not committed. Every test then checks the ledger, a row each call writes in
 // its transaction: no call that returned nil is missing, none is applied
 // twice, none reported failed is applied, and the balances match it;
 // uncertain calls may be either and are counted. The tests log the

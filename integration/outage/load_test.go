@@ -167,8 +167,11 @@ type callObserver struct {
 	lost []lostAttempt
 	// conflicts counts the attempts that failed with Class Retryable.
 	conflicts int
-	attempts  int
-	outcome   txretry.Outcome
+	// notCommitted counts the uncertain COMMITs that the verifier found
+	// not committed: the call retries them, with or without the option.
+	notCommitted int
+	attempts     int
+	outcome      txretry.Outcome
 }
 
 // lostAttempt is an attempt that failed with a connection loss.
@@ -194,6 +197,10 @@ func (o *callObserver) Observe(_ context.Context, e txretry.Event) {
 			o.lost = append(o.lost, lostAttempt{started: o.started, kind: kind})
 		case txretry.Retryable:
 			o.conflicts++
+		}
+	case txretry.CommitVerified:
+		if e.Verification == txretry.VerifiedNotCommitted {
+			o.notCommitted++
 		}
 	case txretry.CallFinished:
 		o.attempts, o.outcome = e.Attempts, e.Outcome
