@@ -23,8 +23,9 @@ import (
 // A conflict that doubles the spacing past half its call's time closes a
 // FIFO gate whose width then follows the domain's commits per second; a
 // conflict that no gated attempt of the manager overlapped came from
-// another process, and through an AdapterLease the processes take turns on
-// the domain under a database lock. Its zero value is NewContentionManager(0);
+// another process: the gate then stays at width 1 and, through an
+// AdapterLease, the processes take turns on the domain under a database
+// lock. Its zero value is NewContentionManager(0);
 // it is safe for concurrent use; by default each database handle has its
 // own (see ManagerFor). The design and its constants: contention.md.
 type ContentionManager struct {

@@ -43,7 +43,7 @@ type cmDomain struct {
 	admits  uint64        // attempts admitted through the gate
 	ctl     cmControl     // finds the width
 	pace    time.Duration
-	foreign bool // paced only, it met another process since the gate closed: width 1
+	foreign bool // it met another process since the gate closed: width 1
 	lease   cmLease
 }
 
@@ -224,8 +224,12 @@ func (t *cmTurn) done(conflict bool, now time.Time) (pause time.Duration, spaced
 		pause = d.paceLocked(conflict, now, t.since, t.rand)
 		if conflict && t.lease != nil {
 			d.lease.want(true)
-		} else if conflict && !d.foreign {
-			d.foreign = true // else each process widens to take a larger share
+		}
+		if conflict && !d.foreign {
+			// Width 1 from now on: each process that widened would take
+			// a larger share of the row, and under a lease a window's
+			// goodput measures the turns the process got, not its width.
+			d.foreign = true
 			d.setWidthLocked(1, true, t.m.maxWidth())
 		}
 	}

@@ -99,6 +99,27 @@ func TestDomainLeasesOnlyAfterForeignConflicts(t *testing.T) {
 	}
 }
 
+// A conflict from another process sets a leased domain's width to 1, as
+// it does a domain that cannot lease: under a lease a window's goodput
+// counts the turns the process got, not what its width did, and a
+// controller that followed it ran a hot row at widths 2-8 under the lease,
+// where its own attempts conflicted (txbench hot, 4 processes: 1.8-2.1
+// attempts a commit; at width 1, 1.02).
+func TestLeasedDomainRunsAtWidthOne(t *testing.T) {
+	m := new(ContentionManager)
+	f := &fakeLeaser{}
+	a := leasedTurn(m, f)
+	a.closeDomain(t)
+	d := a.d
+	d.mu.Lock()
+	d.setWidthLocked(4, true, m.maxWidth()) // as the controller may have widened it
+	d.mu.Unlock()
+	a.attempt(t, true) // alone in the gate: another process's conflict
+	if !d.lease.wanted || d.width != 1 || !d.foreign {
+		t.Fatalf("after another process's conflict: lease wanted %v, width %d, held at 1 %v; want true, 1, true", d.lease.wanted, d.width, d.foreign)
+	}
+}
+
 // Cold domains never lease, and a domain whose conflicts all come from its
 // own process does not either.
 func TestDomainLeasesNotForItsOwnConflicts(t *testing.T) {
