@@ -154,9 +154,18 @@ func (a *answers) count(t *testing.T, ctx context.Context, id int) int {
 func (a *answers) awaitLockWait(t *testing.T, ctx context.Context, id int64, ch <-chan error) {
 	t.Helper()
 	for {
+		// Each look is bounded on its own: in a CI run under load one
+		// look at INNODB_TRX once took the whole test's 30 s; a look that
+		// times out is logged and tried again on another connection.
 		var n int
-		err := a.admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX "+
+		qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := a.admin.QueryRowContext(qctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX "+
 			"WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'", id).Scan(&n)
+		cancel()
+		if err != nil && ctx.Err() == nil && qctx.Err() != nil {
+			t.Logf("INNODB_TRX took over 3 s (%v); looking again", err)
+			continue
+		}
 		if err != nil {
 			t.Fatalf("INNODB_TRX: %v", err)
 		}
@@ -165,12 +174,24 @@ func (a *answers) awaitLockWait(t *testing.T, ctx context.Context, id int64, ch 
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("session %d never waited for a lock: %v", id, ctx.Err())
+			t.Fatalf("session %d never waited for a lock: %v; its state: %s", id, ctx.Err(), a.state(id))
 		case err := <-ch:
 			t.Fatalf("session %d's statement ended before it waited for a lock: %v", id, err)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// state returns what PROCESSLIST says session id is doing, for a failure.
+func (a *answers) state(id int64) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var command, state string
+	err := a.admin.QueryRowContext(ctx, "SELECT COMMAND, COALESCE(STATE, '') FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&command, &state)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("command %q, state %q", command, state)
 }
 
 // kill runs KILL [QUERY|CONNECTION] id from the admin handle.
