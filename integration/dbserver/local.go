@@ -305,6 +305,12 @@ func (l *localServer) initArgs() []string {
 	default:
 		args = []string{l.bin.server, "--no-defaults", "--initialize-insecure", "--datadir=" + l.data}
 	}
+	if l.engine == MySQL {
+		// The server's own temporary files: bootstraps started at once
+		// in the shared temporary directory collide on a temporary
+		// table's name and fail with "Unknown table 'mysql.tmp_user_sys'".
+		args = append(args, "--tmpdir="+l.dir)
+	}
 	if l.acct != nil {
 		args = append(args, "--user="+l.acct.name)
 	}
@@ -351,7 +357,7 @@ func (l *localServer) serverArgs() ([]string, string) {
 		return args, pgDSN
 	}
 	args := []string{"--no-defaults", "--datadir=" + l.data, "--port=" + p, "--bind-address=127.0.0.1",
-		"--socket=" + l.socket(), "--pid-file=" + filepath.Join(l.dir, "mysqld.pid"),
+		"--socket=" + l.socket(), "--pid-file=" + filepath.Join(l.dir, "mysqld.pid"), "--tmpdir=" + l.dir,
 		"--log-error=" + filepath.Join(l.dir, "server.log"), "--skip-name-resolve", "--skip-log-bin",
 		"--innodb-buffer-pool-size=64M", "--innodb-flush-log-at-trx-commit=2", "--max-connections=300"}
 	if !l.bin.mariadb {

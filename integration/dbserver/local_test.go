@@ -92,7 +92,11 @@ func startHelper(t *testing.T, mode string) (*exec.Cmd, []helperServer) {
 			go func() { _, _ = bufio.NewReader(out).WriteTo(os.Stdout) }()
 			return cmd, srvs
 		case len(f) > 0 && f[0] == "error":
-			t.Fatalf("helper: %s", sc.Text())
+			msg := sc.Text() // and the lines of output the error carries
+			for sc.Scan() {
+				msg += "\n" + sc.Text()
+			}
+			t.Fatalf("helper: %s", msg)
 		}
 	}
 	t.Fatalf("helper ended before it was ready: %v", cmd.Wait())
