@@ -56,6 +56,7 @@ func TestAfterCommitOncePerCommittedCall(t *testing.T) {
 						}
 						return nil
 					}, txretry.WithIsolation(sql.LevelSerializable))
+					expired := callCtx.Err() != nil
 					cancel()
 
 					mu.Lock()
@@ -80,7 +81,7 @@ func TestAfterCommitOncePerCommittedCall(t *testing.T) {
 							retriedFailed++
 						}
 						if !errors.Is(err, errVetoed) && !errors.Is(err, errInsufficientFunds) &&
-							!errors.Is(err, txretry.ErrRetriesExhausted) && !errors.Is(err, context.DeadlineExceeded) {
+							!errors.Is(err, txretry.ErrRetriesExhausted) && !deadlineEnded(err, expired) {
 							t.Errorf("transfer %d: %v", tr.id, err)
 						}
 					}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txretry/txretry/pgerr"
 	"github.com/txretry/txretry/txretry"
 )
 
@@ -26,6 +27,15 @@ const (
 // errInsufficientFunds is the domain error of a transfer the source account
 // cannot cover.
 var errInsufficientFunds = errors.New("insufficient funds")
+
+// deadlineEnded reports whether err ended a call because the call's
+// deadline passed (expired: its context had ended before it was
+// cancelled): the context's error, or the error of the statement the
+// deadline interrupted, which the driver returns as it is (lib/pq's 57014,
+// "canceling statement due to user request").
+func deadlineEnded(err error, expired bool) bool {
+	return errors.Is(err, context.DeadlineExceeded) || expired && pgerr.SQLState(err) == pgerr.QueryCanceled
+}
 
 // transfer is one transfer, with its own id.
 type transfer struct {
@@ -63,6 +73,7 @@ func TestBankTransfers(t *testing.T) {
 						n = txretry.Attempt(ctx)
 						return doTransfer(ctx, q, tr)
 					}, txretry.WithIsolation(sql.LevelSerializable))
+					expired := callCtx.Err() != nil
 					cancel()
 
 					mu.Lock()
@@ -72,7 +83,7 @@ func TestBankTransfers(t *testing.T) {
 						done[tr.id] = tr
 					case errors.Is(err, txretry.ErrRetriesExhausted):
 						failures["exhausted"]++
-					case errors.Is(err, context.DeadlineExceeded):
+					case deadlineEnded(err, expired):
 						failures["deadline"]++
 					case errors.Is(err, errInsufficientFunds):
 						failures["insufficient funds"]++
