@@ -70,6 +70,10 @@ func TestConnectionLossIsReturnedAtOnceByDefault(t *testing.T) {
 	}
 }
 
+// errPQDesync is lib/pq's error for the FATAL a server shutting down sends
+// where a ReadyForQuery was due.
+var errPQDesync = errors.New("pq: unexpected message 'E'; expected ReadyForQuery")
+
 // TestConnectionLossBeforeCommitReRunsTheTransaction: with the option, a
 // connection that could not be made or broke before COMMIT re-runs the
 // whole transaction, waiting full jitter over 50 ms doubling (rnd 0.5:
@@ -95,6 +99,13 @@ func TestConnectionLossBeforeCommitReRunsTheTransaction(t *testing.T) {
 		{"MySQL 4031 under fn", &fakedb.Driver{OnExec: failFirst(3, errIdle)}, 4},
 		{"go-sql-driver invalid connection", &fakedb.Driver{OnExec: failFirst(3, mysql.ErrInvalidConn)}, 4},
 		{"pgconn's conn closed", &fakedb.Driver{OnExec: failFirst(3, fmt.Errorf("failed to deallocate cached statement(s): %w", errors.New("conn closed")))}, 4},
+		{"lib/pq's unexpected message under fn", &fakedb.Driver{OnExec: failFirst(3, errPQDesync)}, 4},
+		{"lib/pq's unexpected message at BEGIN", &fakedb.Driver{OnBegin: func(_ context.Context, n int, _ driver.TxOptions) error {
+			if n <= 3 {
+				return errPQDesync
+			}
+			return nil
+		}}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, tc.drv)
@@ -128,6 +139,7 @@ func TestConnectionLossDuringCommitIsNeverRetriedBlindly(t *testing.T) {
 		{"lost in flight", io.ErrUnexpectedEOF, false},
 		{"driver.ErrBadConn of an unknown driver", driver.ErrBadConn, false},
 		{"wrapped driver.ErrBadConn of an unknown driver", fmt.Errorf("commit: %w", driver.ErrBadConn), false},
+		{"lib/pq's unexpected message", errPQDesync, false},
 		{"safe to retry", safeErr{true}, true},
 		{"MySQL 4031: closed idle before COMMIT was read", errIdle, true},
 	} {
