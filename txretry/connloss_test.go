@@ -89,23 +89,13 @@ func TestConnectionLossBeforeCommitReRunsTheTransaction(t *testing.T) {
 		{"EOF under fn", &fakedb.Driver{OnExec: failFirst(3, io.ErrUnexpectedEOF)}, 4},
 		{"bad connection under fn", &fakedb.Driver{OnExec: failFirst(3, driver.ErrBadConn)}, 4},
 		{"57P01 under fn", &fakedb.Driver{OnExec: failFirst(3, errShutdown)}, 4},
-		{"57P03 at BEGIN", &fakedb.Driver{OnBegin: func(_ context.Context, n int, _ driver.TxOptions) error {
-			if n <= 3 {
-				return errStarting
-			}
-			return nil
-		}}, 1},
+		{"57P03 at BEGIN", &fakedb.Driver{OnBegin: failBegins(3, errStarting)}, 1},
 		{"MariaDB 1927 under fn", &fakedb.Driver{OnExec: failFirst(3, errKilled)}, 4},
 		{"MySQL 4031 under fn", &fakedb.Driver{OnExec: failFirst(3, errIdle)}, 4},
 		{"go-sql-driver invalid connection", &fakedb.Driver{OnExec: failFirst(3, mysql.ErrInvalidConn)}, 4},
 		{"pgconn's conn closed", &fakedb.Driver{OnExec: failFirst(3, fmt.Errorf("failed to deallocate cached statement(s): %w", errors.New("conn closed")))}, 4},
 		{"lib/pq's unexpected message under fn", &fakedb.Driver{OnExec: failFirst(3, errPQDesync)}, 4},
-		{"lib/pq's unexpected message at BEGIN", &fakedb.Driver{OnBegin: func(_ context.Context, n int, _ driver.TxOptions) error {
-			if n <= 3 {
-				return errPQDesync
-			}
-			return nil
-		}}, 1},
+		{"lib/pq's unexpected message at BEGIN", &fakedb.Driver{OnBegin: failBegins(3, errPQDesync)}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, tc.drv)

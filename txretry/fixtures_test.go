@@ -81,6 +81,16 @@ func failFirst(n int, err error) func(context.Context, int, string, []driver.Nam
 	}
 }
 
+// failBegins returns a fakedb OnBegin hook failing the first n BEGINs with err.
+func failBegins(n int, err error) func(context.Context, int, driver.TxOptions) error {
+	return func(_ context.Context, i int, _ driver.TxOptions) error {
+		if i <= n {
+			return err
+		}
+		return nil
+	}
+}
+
 // failFirstCommit is an OnCommit hook that fails the first COMMIT with err.
 func failFirstCommit(err error) func(int) error {
 	return func(n int) error {
