@@ -243,7 +243,7 @@
 // (nested calls join, and the handle gets a default ContentionManager, see
 // ManagerFor), AdapterContentionManager, AdapterSingleConn,
 // AdapterCheckTxOptions, AdapterLease (the processes take turns on a
-// domain through a database lock) and AdapterFunc (the contention manager's conflict domain per function) on
+// domain through a database lock; LeaseSQL on a *sql.DB) and AdapterFunc (the contention manager's conflict domain per function) on
 // the adapter, and TxQueryString on the transaction (for
 // WithXactStatusVerification). A Commit that knows its error proves
 // nothing was committed wraps it with NotCommitted; other COMMIT errors

@@ -8,12 +8,25 @@ import (
 	"github.com/txretry/txretry/txretry/internal/dblock"
 )
 
-// Lease holds the exclusive database lock of key in a transaction of its
-// own on the *sql.DB, for the contention manager (see AdapterLease): on
-// PostgreSQL (pg_advisory_xact_lock) and MySQL/MariaDB (GET_LOCK).
+// Lease holds the exclusive database lock of key on the *sql.DB (see
+// LeaseSQL); a *sql.Conn cannot lease.
 func (a sqlAdapter) Lease(ctx context.Context, key string) (func(), error) {
 	db, ok := a.db.(*sql.DB)
 	if !ok {
+		return nil, dblock.ErrNoLease
+	}
+	return LeaseSQL(ctx, db, key)
+}
+
+// LeaseSQL implements AdapterLease for an Adapter over a *sql.DB, as
+// RunInTx's own does: it holds the exclusive database lock named by key, in
+// a transaction of its own on a connection of db, on PostgreSQL
+// (pg_advisory_xact_lock) and MySQL/MariaDB (GET_LOCK), through pgx's
+// stdlib, lib/pq or go-sql-driver/mysql. It returns an error at once for
+// another driver or database, a nil db, or a pool that has no connection
+// to spare for both the lease and an attempt.
+func LeaseSQL(ctx context.Context, db *sql.DB, key string) (release func(), err error) {
+	if db == nil {
 		return nil, dblock.ErrNoLease
 	}
 	d, err := sqlDialect(db, "lease")

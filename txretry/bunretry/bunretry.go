@@ -54,6 +54,7 @@ var (
 	_ txretry.AdapterHandle         = adapter{}
 	_ txretry.AdapterCheckTxOptions = adapter{}
 	_ txretry.AdapterFunc           = adapter{}
+	_ txretry.AdapterLease          = adapter{}
 )
 
 // Begin begins with bun's own BeginTx, so that its query hooks see BEGIN
@@ -118,6 +119,13 @@ func (e *sqlStateError) SQLState() string { return e.code }
 // Handle is the *sql.DB under db: the same for db and its clones
 // (WithNamedArg, WithQueryHook), which share one pool.
 func (a adapter) Handle() any { return a.pool }
+
+// Lease lets the processes that share a conflict domain take turns on it
+// through a lock in the database, as txretry.RunInTx's calls do (see
+// txretry.LeaseSQL).
+func (a adapter) Lease(ctx context.Context, key string) (func(), error) {
+	return txretry.LeaseSQL(ctx, a.pool, key)
+}
 
 // Func is the caller's fn (Call wraps its error, not fn).
 func (a adapter) Func() any { return a.fn }

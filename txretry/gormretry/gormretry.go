@@ -48,6 +48,7 @@ var (
 	_ txretry.AdapterSingleConn     = adapter{}
 	_ txretry.AdapterCheckTxOptions = adapter{}
 	_ txretry.AdapterFunc           = adapter{}
+	_ txretry.AdapterLease          = adapter{}
 )
 
 func newAdapter(db *gorm.DB, fn func(ctx context.Context, tx *gorm.DB) error) (adapter, error) {
@@ -161,6 +162,17 @@ func (a adapter) Handle() any { return a.handle }
 
 // Func is the caller's fn.
 func (a adapter) Func() any { return a.fn }
+
+// Lease lets the processes that share a conflict domain take turns on it
+// through a lock in the database, as txretry.RunInTx's calls do (see
+// txretry.LeaseSQL); a pool of one *sql.Conn cannot lease.
+func (a adapter) Lease(ctx context.Context, key string) (func(), error) {
+	pool, ok := a.handle.(*sql.DB)
+	if !ok {
+		return nil, fmt.Errorf("%w: gormretry leases on a *sql.DB, not on a %T", txretry.ErrInvalidOption, a.handle)
+	}
+	return txretry.LeaseSQL(ctx, pool, key)
+}
 
 func (a adapter) SingleConn() bool {
 	_, ok := a.pool.(*sql.Conn)

@@ -36,6 +36,7 @@ var (
 	_ txretry.AdapterHandle         = adapter{}
 	_ txretry.AdapterCheckTxOptions = adapter{}
 	_ txretry.AdapterFunc           = adapter{}
+	_ txretry.AdapterLease          = adapter{}
 )
 
 func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*txretry.SQLTx[*sqlx.Tx], error) {
@@ -52,6 +53,13 @@ func (a adapter) CheckTxOptions(o txretry.TxOptions) error {
 
 func (a adapter) Call(ctx context.Context, tx *txretry.SQLTx[*sqlx.Tx]) error {
 	return a.fn(ctx, tx.Tx)
+}
+
+// Lease lets the processes that share a conflict domain take turns on it
+// through a lock in the database, as txretry.RunInTx's calls do (see
+// txretry.LeaseSQL).
+func (a adapter) Lease(ctx context.Context, key string) (func(), error) {
+	return txretry.LeaseSQL(ctx, a.db.DB, key)
 }
 
 // Handle is the *sql.DB under db: the same for db and its copies

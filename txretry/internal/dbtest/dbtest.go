@@ -4,6 +4,7 @@
 package dbtest
 
 import (
+	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
@@ -92,4 +94,39 @@ func ForEach(t *testing.T, prefix string, test func(t *testing.T, e Engine, db *
 			}
 		})
 	}
+}
+
+// Leases checks lease, an adapter's Lease (txretry.AdapterLease) on a pool
+// of a real server: the lock of a key is held in the database until
+// released, so that another lease of that key, here on another connection
+// of the pool, waits until its context ends, while one of another key does
+// not; once given back, the key is had again.
+func Leases(t *testing.T, lease func(ctx context.Context, key string) (release func(), err error)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	release, err := lease(ctx, "dbtest")
+	if err != nil {
+		t.Fatalf("lease: %v", err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	second, err := lease(short, "dbtest")
+	cancelShort()
+	if err == nil {
+		second()
+		release()
+		t.Fatal("a second lease of a held key was had")
+	}
+	other, err := lease(ctx, "dbtest-other")
+	if err != nil {
+		release()
+		t.Fatalf("a lease of another key while one is held: %v", err)
+	}
+	other()
+	release()
+	again, err := lease(ctx, "dbtest")
+	if err != nil {
+		t.Fatalf("the key once given back: %v", err)
+	}
+	again()
 }

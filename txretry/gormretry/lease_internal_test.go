@@ -1,0 +1,28 @@
+package gormretry
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+
+	"github.com/txretry/txretry/txretry"
+	"github.com/txretry/txretry/txretry/internal/dbtest"
+)
+
+// The adapter leases in the database, as txretry.RunInTx's does, so that
+// replicas take turns on a domain that conflicts across processes; a
+// *gorm.DB opened on one *sql.Conn does not lease.
+func TestAdapterLeasesInTheDatabase(t *testing.T) {
+	dbtest.ForEach(t, "gormretry", func(t *testing.T, _ dbtest.Engine, db *sql.DB) {
+		dbtest.Leases(t, adapter{pool: db, handle: db}.Lease)
+		conn, err := db.Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := (adapter{pool: conn, handle: conn}).Lease(context.Background(), "k"); !errors.Is(err, txretry.ErrInvalidOption) {
+			t.Fatalf("a lease on a *sql.Conn: %v, want ErrInvalidOption", err)
+		}
+	})
+}

@@ -1,0 +1,18 @@
+package sqlxretry
+
+import (
+	"database/sql"
+	"testing"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/txretry/txretry/txretry/internal/dbtest"
+)
+
+// The adapter leases in the database, as txretry.RunInTx's does, so that
+// replicas take turns on a domain that conflicts across processes.
+func TestAdapterLeasesInTheDatabase(t *testing.T) {
+	dbtest.ForEach(t, "sqlxretry", func(t *testing.T, e dbtest.Engine, db *sql.DB) {
+		dbtest.Leases(t, adapter{db: sqlx.NewDb(db, e.Driver)}.Lease)
+	})
+}
