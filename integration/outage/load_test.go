@@ -143,14 +143,21 @@ type transfer struct {
 }
 
 // transferTx returns the transaction of call id: the transfer m and its
-// ledger row.
+// ledger row. It updates the lower account first, so transfers wait for
+// each other or fail with 40001 but never deadlock: the server finds a
+// deadlock only after deadlock_timeout (1 s on PostgreSQL), and chains of
+// them under 16 workers on a loaded machine ran first attempts out of
+// their 5 s before any outage.
 func transferTx(e dbserver.Engine, id int64, m transfer) func(context.Context, execer) error {
+	first, second := [2]any{-m.amount, m.from}, [2]any{m.amount, m.to}
+	if m.to < m.from {
+		first, second = second, first
+	}
 	return func(ctx context.Context, exec execer) error {
-		if err := exec(ctx, e.Rebind("UPDATE accounts SET balance = balance - ? WHERE id = ?"), m.amount, m.from); err != nil {
-			return err
-		}
-		if err := exec(ctx, e.Rebind("UPDATE accounts SET balance = balance + ? WHERE id = ?"), m.amount, m.to); err != nil {
-			return err
+		for _, u := range [][2]any{first, second} {
+			if err := exec(ctx, e.Rebind("UPDATE accounts SET balance = balance + ? WHERE id = ?"), u[0], u[1]); err != nil {
+				return err
+			}
 		}
 		return exec(ctx, e.Rebind("INSERT INTO ledger (call_id, from_id, to_id, amount) VALUES (?, ?, ?, ?)"),
 			id, m.from, m.to, m.amount)

@@ -57,9 +57,8 @@ func survive(t *testing.T, p *path, e dbserver.Engine, dsn string, outage func()
 // WithRetryOnConnectionLoss (the control): some calls must fail with a
 // connection error, each at once, never retried after it. A call may also
 // end on a conflict that its deadline left no time to retry: ten accounts
-// under 16 workers make lock chains whose deadlocks PostgreSQL finds after
-// deadlock_timeout (1 s) each, and a loaded machine once stretched four
-// first attempts past half the 5 s deadline before the outage.
+// under 16 workers make lock chains, and a loaded machine once stretched
+// four first attempts past half the 5 s deadline before the outage.
 func fail(t *testing.T, p *path, e dbserver.Engine, dsn string, outage func() window) {
 	t.Helper()
 	rs, w := load(t, p, outage, txretry.WithIsolation(sql.LevelSerializable), txretry.WithCommitMarker(markerTable))
