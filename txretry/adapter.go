@@ -120,6 +120,17 @@ type AdapterLease interface {
 	Lease(ctx context.Context, key string) (release func(), err error)
 }
 
+// AdapterOverlapCommit is an AdapterLease whose database lets a
+// transaction wait for the row locks of another that is committing, and
+// go on once that COMMIT lands, instead of failing: MySQL's and MariaDB's
+// InnoDB, where a leased domain's next attempt then begins as soon as an
+// attempt has sent COMMIT (see ContentionManager). Not PostgreSQL, whose
+// SERIALIZABLE and REPEATABLE READ fail such a transaction with 40001.
+// Without it the next attempt waits for COMMIT's reply.
+type AdapterOverlapCommit interface {
+	OverlapCommit() bool
+}
+
 // AdapterFunc is an Adapter that returns the caller's function (the fn
 // given to RunInTx, pgxretry.RunInTx or the adapter's own Run), itself and
 // not a wrapper: the function's name keys the call's conflict domain in
@@ -178,6 +189,7 @@ type adapter interface {
 	fn() any
 	// leaser is the adapter as an AdapterLease, nil when it is none.
 	leaser() AdapterLease
+	overlapCommit() bool // AdapterOverlapCommit
 }
 
 type typed[T Tx] struct{ a Adapter[T] }
@@ -253,6 +265,11 @@ func (t typed[T]) leaser() AdapterLease {
 		return l
 	}
 	return nil
+}
+
+func (t typed[T]) overlapCommit() bool {
+	o, ok := t.a.(AdapterOverlapCommit)
+	return ok && o.OverlapCommit()
 }
 
 func (t typed[T]) fn() any {

@@ -25,7 +25,8 @@ import (
 // conflict that no gated attempt of the manager overlapped came from
 // another process: the gate then stays at width 1 and, through an
 // AdapterLease, the processes take turns on the domain under a database
-// lock. Its zero value is NewContentionManager(0);
+// lock (with AdapterOverlapCommit, the next attempt of a turn begins once
+// the last has sent COMMIT). Its zero value is NewContentionManager(0);
 // it is safe for concurrent use; by default each database handle has its
 // own (see ManagerFor). The design and its constants: contention.md.
 type ContentionManager struct {

@@ -54,6 +54,7 @@ type cmDomain struct {
 type admission interface {
 	enter(ctx context.Context, limit time.Duration) (waited bool, err error)
 	done(conflict bool, now time.Time) (pause time.Duration, spaced bool)
+	committing()
 	cancel()
 }
 
@@ -74,6 +75,8 @@ type cmTurn struct {
 	leased  bool          // the attempt runs under the lease
 	tries   int           // attempts the call entered
 	solo    bool          // this attempt runs alone in its open domain
+	overlap bool          // the adapter's AdapterOverlapCommit
+	early   bool          // its place went to the next at COMMIT (overlap)
 	end     time.Time     // the call's deadline or time budget, on its clock; zero: none
 }
 
@@ -91,6 +94,19 @@ func (t *cmTurn) enter(ctx context.Context, limit time.Duration) (bool, error) {
 		}
 	}
 	return waited, err
+}
+
+// committing gives the place of a leased attempt that is sending COMMIT
+// to the next caller, where the database queues that one behind it.
+func (t *cmTurn) committing() {
+	d := t.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if t.overlap && t.leased && t.held {
+		d.inUse--
+		t.held, t.early = false, true
+		d.grantLocked()
+	}
 }
 
 // admitted waits for a place in the gate, or goes straight in; a gate that
@@ -210,8 +226,10 @@ func (t *cmTurn) done(conflict bool, now time.Time) (pause time.Duration, spaced
 	defer t.unlock()
 	if d.width == 0 {
 		t.stop()
-		d.inUse--
-		t.held = false
+		if !t.early {
+			d.inUse--
+		}
+		t.held, t.early = false, false
 		if t.solo {
 			d.solo, t.solo = false, false
 		}
@@ -233,10 +251,11 @@ func (t *cmTurn) done(conflict bool, now time.Time) (pause time.Duration, spaced
 			d.setWidthLocked(1, true, t.m.maxWidth())
 		}
 	}
-	if pause == 0 {
+	if pause == 0 && !t.early {
 		d.inUse--
-		t.held = false
 	}
+	t.held = t.held && pause != 0 // after COMMIT, a pause queues by arrival
+	t.early = false
 	d.learnLocked(conflict, t.admit, now, t.m.maxWidth())
 	d.grantLocked()
 	return pause, d.width > 0 && t.admit != 0 // a retry of an attempt straight in waits the backoff
@@ -247,6 +266,7 @@ func (t *cmTurn) cancel() {
 	d.mu.Lock()
 	defer t.unlock()
 	t.stop()
+	t.early = false
 	if t.held {
 		t.held = false
 		d.inUse--

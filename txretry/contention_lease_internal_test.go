@@ -298,3 +298,47 @@ func TestDomainLeasesNotForAnotherDomainsConflicts(t *testing.T) {
 		}
 	}
 }
+
+// Where the adapter's database queues a transaction behind a committing
+// one's row locks (AdapterOverlapCommit: MySQL, MariaDB), a leased
+// attempt gives its place to the next caller once it sends COMMIT, under
+// the same lease; elsewhere the next waits for COMMIT's reply. txbench
+// (MariaDB, hot row and ten-account transfers, 2-8 processes) committed
+// 1.14-1.19x as much with it; on PostgreSQL, which fails the next with
+// 40001 once the COMMIT lands, 0.52-0.56x.
+func TestLeasedAttemptGivesItsPlaceAtCommit(t *testing.T) {
+	for _, overlap := range []bool{false, true} {
+		m := new(ContentionManager)
+		f := &fakeLeaser{}
+		a := leasedTurn(m, f)
+		a.closeDomain(t)
+		d := a.d
+		a.attempt(t, true) // alone in the gate: another process's conflict, width 1
+		b, c := leasedTurn(m, f), leasedTurn(m, f)
+		b.overlap, c.overlap = overlap, overlap
+		if _, err := b.enter(context.Background(), -1); err != nil || !b.leased {
+			t.Fatalf("overlap %v: B entered leased %v, err %v; want a lease", overlap, b.leased, err)
+		}
+		d.mu.Lock()
+		d.lease.at = time.Now().Add(time.Hour) // the turn does not end on real time here
+		d.mu.Unlock()
+		cq := queue(t, d, c, context.Background())
+		b.committing()
+		d.mu.Lock()
+		waiting := len(d.queue)
+		d.mu.Unlock()
+		if overlap && waiting != 0 || !overlap && waiting != 1 {
+			t.Fatalf("overlap %v: %d waiting once B sent COMMIT", overlap, waiting)
+		}
+		b.done(false, t0)
+		if err := <-cq; err != nil || !c.leased {
+			t.Fatalf("overlap %v: C entered leased %v, err %v", overlap, c.leased, err)
+		}
+		c.committing()
+		c.done(false, t0)
+		taken, released := f.counts()
+		if d.inUse != 0 || taken != 1 || released != 1 {
+			t.Fatalf("overlap %v: afterwards %d in, leases taken %d, released %d; want 0, 1, 1", overlap, d.inUse, taken, released)
+		}
+	}
+}

@@ -243,8 +243,10 @@
 // (nested calls join, and the handle gets a default ContentionManager, see
 // ManagerFor), AdapterContentionManager, AdapterSingleConn,
 // AdapterCheckTxOptions, AdapterLease (the processes take turns on a
-// domain through a database lock; LeaseSQL on a *sql.DB) and AdapterFunc (the contention manager's conflict domain per function) on
-// the adapter, and TxQueryString on the transaction (for
+// domain through a database lock; LeaseSQL on a *sql.DB),
+// AdapterOverlapCommit (a turn's next attempt begins at COMMIT, on MySQL
+// and MariaDB; OverlapCommitSQL) and AdapterFunc (the contention manager's
+// conflict domain per function) on the adapter, and TxQueryString on the transaction (for
 // WithXactStatusVerification). A Commit that knows its error proves
 // nothing was committed wraps it with NotCommitted; other COMMIT errors
 // are judged by the rules above. Adapters of libraries built on

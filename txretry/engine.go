@@ -146,7 +146,9 @@ func admissionOf(cm *ContentionManager, cfg *config, a adapter, start, end time.
 		return nil
 	}
 	k := domainKey(cmp.Or(cfg.domain, cfg.label), a.fn())
-	return &cmTurn{m: cm, d: cm.domain(k), key: k, lease: a.leaser(), since: start, end: end, rand: cfg.rand}
+	t := &cmTurn{m: cm, d: cm.domain(k), key: k, lease: a.leaser(), since: start, end: end, rand: cfg.rand}
+	t.overlap = t.lease != nil && a.overlapCommit()
+	return t
 }
 
 // managerOf returns the contention manager of a call: the one chosen by an
@@ -590,6 +592,9 @@ func (c *call) transaction(ctx context.Context, n int) result {
 			c.rollback(ctx, tx)
 			return c.classify(err, opts)
 		}
+	}
+	if c.adm != nil {
+		c.adm.committing()
 	}
 	err = c.commit(ctx, tx)
 	if err == nil {

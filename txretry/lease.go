@@ -18,6 +18,24 @@ func (a sqlAdapter) Lease(ctx context.Context, key string) (func(), error) {
 	return LeaseSQL(ctx, db, key)
 }
 
+// OverlapCommit reports a *sql.DB of MySQL or MariaDB (see
+// OverlapCommitSQL).
+func (a sqlAdapter) OverlapCommit() bool {
+	db, ok := a.db.(*sql.DB)
+	return ok && OverlapCommitSQL(db)
+}
+
+// OverlapCommitSQL implements AdapterOverlapCommit for an Adapter over a
+// *sql.DB that leases with LeaseSQL: true for go-sql-driver/mysql (MySQL,
+// MariaDB), false for PostgreSQL, another driver or a nil db.
+func OverlapCommitSQL(db *sql.DB) bool {
+	if db == nil {
+		return false
+	}
+	d, err := sqlDialect(db, "lease")
+	return err == nil && d == dblock.MySQL
+}
+
 // LeaseSQL implements AdapterLease for an Adapter over a *sql.DB, as
 // RunInTx's own does: it holds the exclusive database lock named by key, in
 // a transaction of its own on a connection of db, on PostgreSQL

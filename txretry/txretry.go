@@ -56,6 +56,7 @@ var (
 	_ AdapterCheckTxOptions    = sqlAdapter{}
 	_ AdapterFunc              = sqlAdapter{}
 	_ AdapterLease             = sqlAdapter{}
+	_ AdapterOverlapCommit     = sqlAdapter{}
 	_ TxQueryString            = (*SQLTx[*sql.Tx])(nil)
 )
 

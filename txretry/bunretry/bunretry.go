@@ -55,6 +55,7 @@ var (
 	_ txretry.AdapterCheckTxOptions = adapter{}
 	_ txretry.AdapterFunc           = adapter{}
 	_ txretry.AdapterLease          = adapter{}
+	_ txretry.AdapterOverlapCommit  = adapter{}
 )
 
 // Begin begins with bun's own BeginTx, so that its query hooks see BEGIN
@@ -126,6 +127,9 @@ func (a adapter) Handle() any { return a.pool }
 func (a adapter) Lease(ctx context.Context, key string) (func(), error) {
 	return txretry.LeaseSQL(ctx, a.pool, key)
 }
+
+// OverlapCommit reports MySQL or MariaDB (see txretry.OverlapCommitSQL).
+func (a adapter) OverlapCommit() bool { return txretry.OverlapCommitSQL(a.pool) }
 
 // Func is the caller's fn (Call wraps its error, not fn).
 func (a adapter) Func() any { return a.fn }

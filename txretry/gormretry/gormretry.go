@@ -49,6 +49,7 @@ var (
 	_ txretry.AdapterCheckTxOptions = adapter{}
 	_ txretry.AdapterFunc           = adapter{}
 	_ txretry.AdapterLease          = adapter{}
+	_ txretry.AdapterOverlapCommit  = adapter{}
 )
 
 func newAdapter(db *gorm.DB, fn func(ctx context.Context, tx *gorm.DB) error) (adapter, error) {
@@ -172,6 +173,12 @@ func (a adapter) Lease(ctx context.Context, key string) (func(), error) {
 		return nil, fmt.Errorf("%w: gormretry leases on a *sql.DB, not on a %T", txretry.ErrInvalidOption, a.handle)
 	}
 	return txretry.LeaseSQL(ctx, pool, key)
+}
+
+// OverlapCommit reports MySQL or MariaDB (see txretry.OverlapCommitSQL).
+func (a adapter) OverlapCommit() bool {
+	pool, ok := a.handle.(*sql.DB)
+	return ok && txretry.OverlapCommitSQL(pool)
 }
 
 func (a adapter) SingleConn() bool {

@@ -10,9 +10,12 @@ import (
 )
 
 // The adapter leases in the database, as txretry.RunInTx's does, so that
-// replicas take turns on a domain that conflicts across processes.
+// replicas take turns on a domain that conflicts across processes, and
+// overlaps a leased attempt's COMMIT with the next on MySQL and MariaDB.
 func TestAdapterLeasesInTheDatabase(t *testing.T) {
 	dbtest.ForEach(t, "sqlxretry", func(t *testing.T, e dbtest.Engine, db *sql.DB) {
-		dbtest.Leases(t, adapter{db: sqlx.NewDb(db, e.Driver)}.Lease)
+		a := adapter{db: sqlx.NewDb(db, e.Driver)}
+		dbtest.Leases(t, a.Lease)
+		dbtest.OverlapsCommit(t, e, a.OverlapCommit())
 	})
 }

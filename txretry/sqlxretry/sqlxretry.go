@@ -37,6 +37,7 @@ var (
 	_ txretry.AdapterCheckTxOptions = adapter{}
 	_ txretry.AdapterFunc           = adapter{}
 	_ txretry.AdapterLease          = adapter{}
+	_ txretry.AdapterOverlapCommit  = adapter{}
 )
 
 func (a adapter) Begin(ctx context.Context, o txretry.TxOptions) (*txretry.SQLTx[*sqlx.Tx], error) {
@@ -61,6 +62,9 @@ func (a adapter) Call(ctx context.Context, tx *txretry.SQLTx[*sqlx.Tx]) error {
 func (a adapter) Lease(ctx context.Context, key string) (func(), error) {
 	return txretry.LeaseSQL(ctx, a.db.DB, key)
 }
+
+// OverlapCommit reports MySQL or MariaDB (see txretry.OverlapCommitSQL).
+func (a adapter) OverlapCommit() bool { return txretry.OverlapCommitSQL(a.db.DB) }
 
 // Handle is the *sql.DB under db: the same for db and its copies
 // (Unsafe, or another sqlx.NewDb on the pool), which share one pool.

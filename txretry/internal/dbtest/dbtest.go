@@ -96,6 +96,17 @@ func ForEach(t *testing.T, prefix string, test func(t *testing.T, e Engine, db *
 	}
 }
 
+// OverlapsCommit checks an adapter's OverlapCommit
+// (txretry.AdapterOverlapCommit) on e: true on MySQL and MariaDB, whose
+// InnoDB queues a transaction behind a committing one's row locks; false
+// on PostgreSQL.
+func OverlapsCommit(t *testing.T, e Engine, overlap bool) {
+	t.Helper()
+	if want := e.Name == "mysql"; overlap != want {
+		t.Errorf("OverlapCommit on %s: %v, want %v", e.Name, overlap, want)
+	}
+}
+
 // Leases checks lease, an adapter's Lease (txretry.AdapterLease) on a pool
 // of a real server: the lock of a key is held in the database until
 // released, so that another lease of that key, here on another connection
