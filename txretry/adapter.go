@@ -189,7 +189,6 @@ type adapter interface {
 	fn() any
 	// leaser is the adapter as an AdapterLease, nil when it is none.
 	leaser() AdapterLease
-	overlapCommit() bool // AdapterOverlapCommit
 }
 
 type typed[T Tx] struct{ a Adapter[T] }
@@ -265,11 +264,6 @@ func (t typed[T]) leaser() AdapterLease {
 		return l
 	}
 	return nil
-}
-
-func (t typed[T]) overlapCommit() bool {
-	o, ok := t.a.(AdapterOverlapCommit)
-	return ok && o.OverlapCommit()
 }
 
 func (t typed[T]) fn() any {

@@ -75,7 +75,6 @@ type cmTurn struct {
 	leased  bool          // the attempt runs under the lease
 	tries   int           // attempts the call entered
 	solo    bool          // this attempt runs alone in its open domain
-	overlap bool          // the adapter's AdapterOverlapCommit
 	early   bool          // its place went to the next at COMMIT (overlap)
 	end     time.Time     // the call's deadline or time budget, on its clock; zero: none
 }
@@ -97,12 +96,16 @@ func (t *cmTurn) enter(ctx context.Context, limit time.Duration) (bool, error) {
 }
 
 // committing gives the place of a leased attempt that is sending COMMIT
-// to the next caller, where the database queues that one behind it.
+// to the next caller, where the database queues that one behind it
+// (AdapterOverlapCommit); other attempts go on at once.
 func (t *cmTurn) committing() {
+	if o, ok := t.lease.(AdapterOverlapCommit); !t.leased || !ok || !o.OverlapCommit() {
+		return
+	}
 	d := t.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if t.overlap && t.leased && t.held {
+	if t.held {
 		d.inUse--
 		t.held, t.early = false, true
 		d.grantLocked()

@@ -15,7 +15,10 @@ type fakeLeaser struct {
 	taken, released int
 	keys            []string
 	err             error // returned instead of a lease
+	overlap         bool  // its OverlapCommit
 }
+
+func (f *fakeLeaser) OverlapCommit() bool { return f.overlap }
 
 func (f *fakeLeaser) Lease(_ context.Context, key string) (func(), error) {
 	f.mu.Lock()
@@ -309,13 +312,12 @@ func TestDomainLeasesNotForAnotherDomainsConflicts(t *testing.T) {
 func TestLeasedAttemptGivesItsPlaceAtCommit(t *testing.T) {
 	for _, overlap := range []bool{false, true} {
 		m := new(ContentionManager)
-		f := &fakeLeaser{}
+		f := &fakeLeaser{overlap: overlap}
 		a := leasedTurn(m, f)
 		a.closeDomain(t)
 		d := a.d
 		a.attempt(t, true) // alone in the gate: another process's conflict, width 1
 		b, c := leasedTurn(m, f), leasedTurn(m, f)
-		b.overlap, c.overlap = overlap, overlap
 		if _, err := b.enter(context.Background(), -1); err != nil || !b.leased {
 			t.Fatalf("overlap %v: B entered leased %v, err %v; want a lease", overlap, b.leased, err)
 		}

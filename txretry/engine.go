@@ -146,9 +146,7 @@ func admissionOf(cm *ContentionManager, cfg *config, a adapter, start, end time.
 		return nil
 	}
 	k := domainKey(cmp.Or(cfg.domain, cfg.label), a.fn())
-	t := &cmTurn{m: cm, d: cm.domain(k), key: k, lease: a.leaser(), since: start, end: end, rand: cfg.rand}
-	t.overlap = t.lease != nil && a.overlapCommit()
-	return t
+	return &cmTurn{m: cm, d: cm.domain(k), key: k, lease: a.leaser(), since: start, end: end, rand: cfg.rand}
 }
 
 // managerOf returns the contention manager of a call: the one chosen by an
