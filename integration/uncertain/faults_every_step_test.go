@@ -146,9 +146,14 @@ var stepDrivers = []stepDriver{
 const (
 	ledgerTable  = "ledger"
 	stepKeyTable = "idem_keys"
-	// leaseConflicts bounds the conflicts fn reports to make the
-	// contention manager take its lease.
-	leaseConflicts = 40
+	// fn reports conflicts until the contention manager has taken its
+	// lease (the armed fault fired), for at most leaseConflicts attempts
+	// (below DefaultMaxAttempts) and leaseFor. A time bound, not only a
+	// count: a lease that cannot be had at once (the last trial's broken
+	// session may still hold the lock for a moment) makes the manager
+	// rest a second, and 40 quick conflicts could end before it retried.
+	leaseConflicts = 90
+	leaseFor       = 8 * time.Second
 )
 
 // prepareLedger creates the commit markers' and the keys' tables, the
@@ -452,9 +457,10 @@ func (c *stepCell) run(t *testing.T, p *stepPath) {
 			leased = tr.fired[0]
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		start := time.Now()
 		tr.err = p.run(ctx, func(ctx context.Context, exec execer) error {
 			tr.runs++
-			if !leased() && txretry.Attempt(ctx) <= leaseConflicts {
+			if !leased() && txretry.Attempt(ctx) <= leaseConflicts && time.Since(start) < leaseFor {
 				return exec(ctx, conflict)
 			}
 			if err := exec(ctx, "INSERT INTO "+ledgerTable+" (id, account, amount) VALUES ("+p.ph(1)+", "+p.ph(2)+", "+p.ph(3)+")", tr.id, c.account, amount); err != nil {
