@@ -40,15 +40,16 @@ func OverlapCommitSQL(db *sql.DB) bool {
 // RunInTx's own does: it holds the exclusive database lock named by key, in
 // a transaction of its own on a connection of db, on PostgreSQL
 // (pg_advisory_xact_lock) and MySQL/MariaDB (GET_LOCK), through pgx's
-// stdlib, lib/pq or go-sql-driver/mysql. It returns an error at once for
-// another driver or database, a nil db, or a pool that has no connection
-// to spare for both the lease and an attempt.
+// stdlib, lib/pq or go-sql-driver/mysql. A pool with no connection free
+// makes it wait for one within ctx, as an attempt's BEGIN would. It
+// returns an error at once for another driver or database, a nil db, or a
+// pool of one connection, which cannot hold the lease and an attempt.
 func LeaseSQL(ctx context.Context, db *sql.DB, key string) (release func(), err error) {
 	if db == nil {
 		return nil, dblock.ErrNoLease
 	}
 	d, err := sqlDialect(db, "lease")
-	if s := db.Stats(); err != nil || s.MaxOpenConnections > 0 && s.InUse+2 > s.MaxOpenConnections {
+	if err != nil || db.Stats().MaxOpenConnections == 1 {
 		return nil, dblock.ErrNoLease // the lease and the attempt need a connection each
 	}
 	return leaseOn(ctx, db, d, key)

@@ -11,9 +11,11 @@ import (
 
 // Lease holds the exclusive advisory lock of key in a transaction of its
 // own on the pool, for the contention manager (see txretry.AdapterLease).
+// A pool with no connection free is waited for within ctx; one of a
+// single connection cannot hold the lease and an attempt: refused.
 func (a adapter) Lease(ctx context.Context, key string) (func(), error) {
 	p, ok := a.db.(*pgxpool.Pool)
-	if !ok || p.Stat().AcquiredConns()+2 > p.Stat().MaxConns() {
+	if !ok || p.Stat().MaxConns() < 2 {
 		return nil, dblock.ErrNoLease // the lease and the attempt need a connection each
 	}
 	tx, err := p.Begin(ctx) // within ctx: the pool's wait too

@@ -55,13 +55,7 @@ var engines = []Engine{
 func ForEach(t *testing.T, prefix string, test func(t *testing.T, e Engine, db *sql.DB)) {
 	for _, e := range engines {
 		t.Run(e.Name, func(t *testing.T) {
-			admin := os.Getenv(e.env)
-			if admin == "" {
-				if os.Getenv("CI") == "true" {
-					t.Fatalf("set %s: CI runs the %s tests", e.env, e.Name)
-				}
-				t.Skipf("set %s to run the %s tests", e.env, e.Name)
-			}
+			admin := e.AdminDSN(t)
 			var b [6]byte
 			_, _ = rand.Read(b[:])
 			name := prefix + "_" + hex.EncodeToString(b[:])
@@ -95,6 +89,24 @@ func ForEach(t *testing.T, prefix string, test func(t *testing.T, e Engine, db *
 		})
 	}
 }
+
+// AdminDSN returns the DSN of e's server from its variable: the test is
+// skipped without it, failed without it under CI=true.
+func (e Engine) AdminDSN(t *testing.T) string {
+	t.Helper()
+	admin := os.Getenv(e.env)
+	if admin == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("set %s: CI runs the %s tests", e.env, e.Name)
+		}
+		t.Skipf("set %s to run the %s tests", e.env, e.Name)
+	}
+	return admin
+}
+
+// Postgres is the PostgreSQL engine, for a test that opens its own pool
+// (pgxpool) on AdminDSN's server.
+var Postgres = engines[0]
 
 // OverlapsCommit checks an adapter's OverlapCommit
 // (txretry.AdapterOverlapCommit) on e: true on MySQL and MariaDB, whose
