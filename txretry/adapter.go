@@ -113,8 +113,9 @@ type AdapterLease interface {
 	// called, waiting no longer than ctx; the lock must not outlive
 	// release on a session that a pooler lends to others (the built-in
 	// adapters hold it in a transaction of its own). It returns an error
-	// at once when it cannot (an unknown driver, a handle or a pool of one
-	// connection); a pool with none free is waited for. release gives the
+	// at once when it cannot (an unknown driver, a handle of one
+	// connection, a pool whose leases would hold its last connection); a
+	// pool with none free is waited for. release gives the
 	// lock and the connection back; it does not block longer than a
 	// statement.
 	Lease(ctx context.Context, key string) (release func(), err error)

@@ -42,17 +42,27 @@ func OverlapCommitSQL(db *sql.DB) bool {
 // (pg_advisory_xact_lock) and MySQL/MariaDB (GET_LOCK), through pgx's
 // stdlib, lib/pq or go-sql-driver/mysql. A pool with no connection free
 // makes it wait for one within ctx, as an attempt's BEGIN would. It
-// returns an error at once for another driver or database, a nil db, or a
-// pool of one connection, which cannot hold the lease and an attempt.
+// returns an error at once for another driver or database, a nil db, or
+// when the leases of db would hold all but one of its connections
+// (SetMaxOpenConns): the one left lets leased attempts BEGIN.
 func LeaseSQL(ctx context.Context, db *sql.DB, key string) (release func(), err error) {
 	if db == nil {
 		return nil, dblock.ErrNoLease
 	}
 	d, err := sqlDialect(db, "lease")
-	if err != nil || db.Stats().MaxOpenConnections == 1 {
-		return nil, dblock.ErrNoLease // the lease and the attempt need a connection each
+	if err != nil {
+		return nil, dblock.ErrNoLease
 	}
-	return leaseOn(ctx, db, d, key)
+	give, ok := dblock.Reserve(db, db.Stats().MaxOpenConnections)
+	if !ok {
+		return nil, dblock.ErrNoLease
+	}
+	unlock, err := leaseOn(ctx, db, d, key)
+	if err != nil {
+		give()
+		return nil, err
+	}
+	return func() { unlock(); give() }, nil
 }
 
 // leaseOn takes the lock on a connection had within ctx, BEGIN and ROLLBACK

@@ -15,8 +15,9 @@ import (
 // within its context, as an attempt's BEGIN would: a pool sized to the
 // workers and kept busy by other domains' transactions would otherwise
 // leave a hot domain unleased (txbench mixed, 4 processes: 1.8 attempts a
-// hot commit refusing, 1.4 waiting). A pool of one connection, which
-// cannot hold a lease and an attempt, is refused at once.
+// hot commit refusing, 1.4 waiting). The pool's leases never hold its
+// last connection: a lease that would is refused at once, so that leased
+// attempts of two domains cannot each hold one and wait for the other's.
 func TestSQLLeaseWaitsForABusyPool(t *testing.T) {
 	dbtest.ForEach(t, "leasepool", func(t *testing.T, _ dbtest.Engine, db *sql.DB) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -45,6 +46,23 @@ func TestSQLLeaseWaitsForABusyPool(t *testing.T) {
 		}
 		release()
 		_ = busy[1].Close()
+
+		first, err := txretry.LeaseSQL(ctx, db, "leasepool")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if second, err := txretry.LeaseSQL(ctx, db, "leasepool-other"); err == nil {
+			second()
+			t.Error("two leases held both connections of a pool of 2")
+		} else if ctx.Err() != nil {
+			t.Errorf("a second lease on a pool of 2: %v after waiting out the context; want refused at once", err)
+		}
+		first()
+		second, err := txretry.LeaseSQL(ctx, db, "leasepool-other")
+		if err != nil {
+			t.Fatalf("a lease once the other was given back: %v", err)
+		}
+		second()
 
 		db.SetMaxOpenConns(1)
 		release, err = txretry.LeaseSQL(ctx, db, "leasepool")

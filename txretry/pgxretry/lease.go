@@ -11,15 +11,21 @@ import (
 
 // Lease holds the exclusive advisory lock of key in a transaction of its
 // own on the pool, for the contention manager (see txretry.AdapterLease).
-// A pool with no connection free is waited for within ctx; one of a
-// single connection cannot hold the lease and an attempt: refused.
+// A pool with no connection free is waited for within ctx; the pool's
+// leases never hold its last connection (refused), which lets leased
+// attempts BEGIN.
 func (a adapter) Lease(ctx context.Context, key string) (func(), error) {
 	p, ok := a.db.(*pgxpool.Pool)
-	if !ok || p.Stat().MaxConns() < 2 {
-		return nil, dblock.ErrNoLease // the lease and the attempt need a connection each
+	if !ok {
+		return nil, dblock.ErrNoLease
+	}
+	give, ok := dblock.Reserve(p, int(p.Stat().MaxConns()))
+	if !ok {
+		return nil, dblock.ErrNoLease
 	}
 	tx, err := p.Begin(ctx) // within ctx: the pool's wait too
 	if err != nil {
+		give()
 		return nil, err
 	}
 	return dblock.Lock(ctx, dblock.Postgres, key, func(ctx context.Context, q string) (n int64, err error) {
@@ -29,5 +35,6 @@ func (a adapter) Lease(ctx context.Context, key string) (func(), error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = tx.Rollback(ctx)
+		give()
 	})
 }

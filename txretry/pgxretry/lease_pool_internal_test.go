@@ -13,7 +13,9 @@ import (
 
 // The lease waits for a connection of a pool whose connections are all
 // acquired, within its context, instead of refusing (see txretry's
-// TestSQLLeaseWaitsForABusyPool); a pool of one connection is refused.
+// TestSQLLeaseWaitsForABusyPool); the pool's leases never hold its last
+// connection: a pool of one is refused, and so is a second lease on a pool
+// of two until the first is given back.
 func TestLeaseWaitsForABusyPool(t *testing.T) {
 	dsn := dbtest.Postgres.AdminDSN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -57,7 +59,18 @@ func TestLeaseWaitsForABusyPool(t *testing.T) {
 			if !freed.Load() {
 				t.Error("the lease was had before any connection was free")
 			}
+			if second, err := (adapter{db: p}).Lease(ctx, "pgxretry-leasepool-other"); err == nil {
+				second()
+				t.Error("two leases held both connections of a pool of 2")
+			} else if ctx.Err() != nil {
+				t.Errorf("a second lease on a pool of 2: %v after waiting out the context; want refused at once", err)
+			}
 			release()
+			second, err := adapter{db: p}.Lease(ctx, "pgxretry-leasepool-other")
+			if err != nil {
+				t.Fatalf("a lease once the other was given back: %v", err)
+			}
+			second()
 		}
 		<-done
 		for _, c := range busy[1:] {
