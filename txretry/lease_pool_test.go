@@ -3,9 +3,7 @@ package txretry_test
 import (
 	"context"
 	"database/sql"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/txretry/txretry/txretry"
 	"github.com/txretry/txretry/txretry/internal/dbtest"
@@ -20,58 +18,20 @@ import (
 // attempts of two domains cannot each hold one and wait for the other's.
 func TestSQLLeaseWaitsForABusyPool(t *testing.T) {
 	dbtest.ForEach(t, "leasepool", func(t *testing.T, _ dbtest.Engine, db *sql.DB) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		db.SetMaxOpenConns(2)
-		var busy [2]*sql.Conn
-		for i := range busy {
-			c, err := db.Conn(ctx)
-			if err != nil {
-				t.Fatal(err)
+		dbtest.LeasesWaitForBusyPool(t, func(_ *testing.T, size int) dbtest.Pool {
+			db.SetMaxOpenConns(size)
+			return dbtest.Pool{
+				Hold: func(ctx context.Context) (func(), error) {
+					c, err := db.Conn(ctx)
+					if err != nil {
+						return nil, err
+					}
+					return func() { _ = c.Close() }, nil
+				},
+				Lease: func(ctx context.Context, key string) (func(), error) {
+					return txretry.LeaseSQL(ctx, db, key)
+				},
 			}
-			busy[i] = c
-		}
-		var freed atomic.Bool
-		go func() {
-			time.Sleep(50 * time.Millisecond)
-			freed.Store(true)
-			_ = busy[0].Close()
-		}()
-		release, err := txretry.LeaseSQL(ctx, db, "leasepool")
-		if err != nil {
-			t.Fatalf("lease on a busy pool: %v; want it had once a connection is free", err)
-		}
-		if !freed.Load() {
-			t.Error("the lease was had before any connection was free")
-		}
-		release()
-		_ = busy[1].Close()
-
-		first, err := txretry.LeaseSQL(ctx, db, "leasepool")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if second, err := txretry.LeaseSQL(ctx, db, "leasepool-other"); err == nil {
-			second()
-			t.Error("two leases held both connections of a pool of 2")
-		} else if ctx.Err() != nil {
-			t.Errorf("a second lease on a pool of 2: %v after waiting out the context; want refused at once", err)
-		}
-		first()
-		second, err := txretry.LeaseSQL(ctx, db, "leasepool-other")
-		if err != nil {
-			t.Fatalf("a lease once the other was given back: %v", err)
-		}
-		second()
-
-		db.SetMaxOpenConns(1)
-		release, err = txretry.LeaseSQL(ctx, db, "leasepool")
-		if err == nil {
-			release()
-			t.Fatal("a lease on a pool of one connection was had")
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("a pool of one connection: %v after waiting out the context; want refused at once", err)
-		}
+		})
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"net/url"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,4 +153,72 @@ func Leases(t *testing.T, lease func(ctx context.Context, key string) (release f
 		t.Fatalf("the key once given back: %v", err)
 	}
 	again()
+}
+
+// Pool is one connection pool of a real server, for LeasesWaitForBusyPool.
+type Pool struct {
+	// Hold takes one of the pool's connections until give is called.
+	Hold func(ctx context.Context) (give func(), err error)
+	// Lease is the adapter's Lease (txretry.AdapterLease) on this pool.
+	Lease func(ctx context.Context, key string) (release func(), err error)
+}
+
+// LeasesWaitForBusyPool checks an adapter's Lease on pools that open(size)
+// opens with at most size connections. On a pool of 2 whose connections
+// are all held, a lease waits for one, within its context, and is had once
+// one is given back, not before; the pool's leases never hold its last
+// connection: a second lease on a pool of 2 is refused at once until the
+// first is given back, and a lease on a pool of 1 is refused at once.
+func LeasesWaitForBusyPool(t *testing.T, open func(t *testing.T, size int) Pool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	refusedAtOnce := func(what string, release func(), err error) {
+		t.Helper()
+		switch {
+		case err == nil:
+			release()
+			t.Errorf("%s was had", what)
+		case ctx.Err() != nil:
+			t.Errorf("%s: %v after waiting out the context; want refused at once", what, err)
+		}
+	}
+
+	p := open(t, 2)
+	var busy [2]func()
+	for i := range busy {
+		give, err := p.Hold(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		busy[i] = give
+	}
+	var freed atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(50 * time.Millisecond)
+		freed.Store(true)
+		busy[0]()
+	}()
+	release, err := p.Lease(ctx, "dbtest-busy")
+	<-done
+	busy[1]()
+	if err != nil {
+		t.Fatalf("a lease on a busy pool: %v; want it had once a connection is free", err)
+	}
+	if !freed.Load() {
+		t.Error("the lease was had before any connection was free")
+	}
+	second, err := p.Lease(ctx, "dbtest-busy-other")
+	refusedAtOnce("a second lease holding the last connection of a pool of 2", second, err)
+	release()
+	second, err = p.Lease(ctx, "dbtest-busy-other")
+	if err != nil {
+		t.Fatalf("a lease once the other was given back: %v", err)
+	}
+	second()
+
+	release, err = open(t, 1).Lease(ctx, "dbtest-busy")
+	refusedAtOnce("a lease on a pool of one connection", release, err)
 }
